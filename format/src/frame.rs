@@ -1,0 +1,162 @@
+//! Frames: one length-prefixed MessagePack array per row.
+
+use crate::error::{FormatError, Result};
+
+/// Upper bound on one frame's body, so a corrupt length prefix cannot ask for gigabytes.
+pub const MAX_FRAME_LEN: usize = 256 * 1024 * 1024;
+
+/// One row as it is archived: key values first, then every column in attribute order.
+/// `None` is SQL NULL; `Some` is the column's Postgres text output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// Primary-key values, in key order.
+    pub key: Vec<Option<String>>,
+    /// All column values, in attribute order.
+    pub columns: Vec<Option<String>>,
+}
+
+fn write_values(buf: &mut Vec<u8>, values: &[Option<String>]) {
+    // Writing into a Vec cannot fail; the results are ignored deliberately.
+    let _ = rmp::encode::write_array_len(buf, values.len() as u32);
+    for v in values {
+        match v {
+            None => {
+                let _ = rmp::encode::write_nil(buf);
+            }
+            Some(s) => {
+                let _ = rmp::encode::write_str(buf, s);
+            }
+        }
+    }
+}
+
+/// Encodes one row as a complete frame (length prefix included).
+pub fn encode_frame(row: &Row) -> Result<Vec<u8>> {
+    let mut body = Vec::with_capacity(64);
+    let _ = rmp::encode::write_array_len(&mut body, 2);
+    write_values(&mut body, &row.key);
+    write_values(&mut body, &row.columns);
+    if body.len() > MAX_FRAME_LEN {
+        return Err(FormatError::RowTooLarge {
+            len: body.len(),
+            max: MAX_FRAME_LEN,
+        });
+    }
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    Ok(frame)
+}
+
+fn read_values(body: &mut &[u8], offset: usize) -> Result<Vec<Option<String>>> {
+    let malformed = |reason: String| FormatError::Malformed { offset, reason };
+    let n = rmp::decode::read_array_len(body).map_err(|e| malformed(format!("array: {e}")))?;
+    let mut out = Vec::with_capacity((n as usize).min(4096));
+    for _ in 0..n {
+        let marker = body
+            .first()
+            .copied()
+            .ok_or_else(|| malformed("value missing".into()))?;
+        if marker == 0xc0 {
+            *body = &body[1..];
+            out.push(None);
+            continue;
+        }
+        let len =
+            rmp::decode::read_str_len(body).map_err(|e| malformed(format!("value: {e}")))? as usize;
+        if body.len() < len {
+            return Err(malformed("string runs past the frame".into()));
+        }
+        let (s, rest) = body.split_at(len);
+        let s = std::str::from_utf8(s).map_err(|e| malformed(format!("utf-8: {e}")))?;
+        out.push(Some(s.to_owned()));
+        *body = rest;
+    }
+    Ok(out)
+}
+
+/// Decodes a whole slice into rows, refusing truncated, oversized or malformed input.
+pub fn decode_frames(mut bytes: &[u8]) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    let mut offset = 0usize;
+    while !bytes.is_empty() {
+        if bytes.len() < 4 {
+            return Err(FormatError::Truncated {
+                offset,
+                needed: 4 - bytes.len(),
+            });
+        }
+        let len = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+        if len > MAX_FRAME_LEN {
+            return Err(FormatError::Oversized {
+                offset,
+                len,
+                max: MAX_FRAME_LEN,
+            });
+        }
+        if bytes.len() < 4 + len {
+            return Err(FormatError::Truncated {
+                offset,
+                needed: 4 + len - bytes.len(),
+            });
+        }
+        let mut body = &bytes[4..4 + len];
+        let malformed = |reason: &str| FormatError::Malformed {
+            offset,
+            reason: reason.into(),
+        };
+        let outer = rmp::decode::read_array_len(&mut body).map_err(|_| malformed("row header"))?;
+        if outer != 2 {
+            return Err(malformed("row must be [key, columns]"));
+        }
+        let key = read_values(&mut body, offset)?;
+        let columns = read_values(&mut body, offset)?;
+        if !body.is_empty() {
+            return Err(malformed("trailing bytes inside frame"));
+        }
+        rows.push(Row { key, columns });
+        bytes = &bytes[4 + len..];
+        offset += 4 + len;
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Row {
+        Row {
+            key: vec![Some("42".into())],
+            columns: vec![Some("42".into()), None, Some("héllo \u{1F600}".into())],
+        }
+    }
+
+    #[test]
+    fn frame_round_trips() {
+        let row = sample();
+        let mut slice = encode_frame(&row).unwrap();
+        slice.extend(encode_frame(&row).unwrap());
+        assert_eq!(decode_frames(&slice).unwrap(), vec![row.clone(), row]);
+    }
+
+    #[test]
+    fn every_truncation_is_refused() {
+        let slice = encode_frame(&sample()).unwrap();
+        for cut in 1..slice.len() {
+            assert!(
+                decode_frames(&slice[..cut]).is_err(),
+                "cut at {cut} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn oversized_length_prefix_is_refused() {
+        let bytes = [0xff, 0xff, 0xff, 0xff, 0x92];
+        assert!(matches!(
+            decode_frames(&bytes),
+            Err(FormatError::Oversized { .. })
+        ));
+    }
+}

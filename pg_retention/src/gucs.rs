@@ -1,0 +1,128 @@
+//! Every `pg_retention.*` setting, in one place. Each is reloadable with SIGHUP
+//! (`pg_reload_conf()`); the background worker re-reads them between cycles.
+
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::ffi::CString;
+
+/// `pg_retention.enabled` (bool, default off): nothing is swept by the worker until an operator
+/// turns this on.
+static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(false);
+/// `pg_retention.databases` (comma list, default empty): databases the worker serves.
+static DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+/// `pg_retention.naptime` (seconds, default 3600 = 1h): pause between worker cycles.
+static NAPTIME_S: GucSetting<i32> = GucSetting::<i32>::new(3600);
+/// `pg_retention.jitter` (fraction 0..1 of naptime, default 0.1): a per-database offset, derived
+/// deterministically from the database name, added to the naptime so a fleet does not stampede.
+static JITTER: GucSetting<f64> = GucSetting::<f64>::new(0.1);
+/// `pg_retention.max_rows_per_cycle` (rows, default 1,000,000): the cycle cap.
+static MAX_ROWS_PER_CYCLE: GucSetting<i32> = GucSetting::<i32>::new(1_000_000);
+/// `pg_retention.role` (role name, default empty = bootstrap superuser): the role the worker
+/// connects as.
+static ROLE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+
+/// Registers the settings and reserves the prefix so a misspelt `pg_retention.*` is refused.
+pub fn init() {
+    GucRegistry::define_bool_guc(
+        c"pg_retention.enabled",
+        c"Whether the pg_retention background worker sweeps.",
+        c"Off by default: installing the extension changes nothing until an operator enables it.",
+        &ENABLED,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_retention.databases",
+        c"Comma-separated databases the pg_retention worker serves.",
+        c"One database worker is started per listed database.",
+        &DATABASES,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_retention.naptime",
+        c"Pause between worker cycles.",
+        c"Accepts units (e.g. '1h', '30s'); default one hour.",
+        &NAPTIME_S,
+        1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_float_guc(
+        c"pg_retention.jitter",
+        c"Fraction of the naptime added as a per-database, deterministic offset.",
+        c"0 disables jitter; 0.1 spreads a fleet over a tenth of the naptime.",
+        &JITTER,
+        0.0,
+        1.0,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_retention.max_rows_per_cycle",
+        c"Most rows one worker cycle deletes before it stops and warns.",
+        c"The cycle cap: a bound that does not trust the clock.",
+        &MAX_ROWS_PER_CYCLE,
+        1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pg_retention.role",
+        c"Role the pg_retention worker acts as.",
+        c"Empty means the bootstrap superuser.",
+        &ROLE,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    // Safety: called once from _PG_init, in the postmaster or a backend, before any lookup.
+    unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"pg_retention".as_ptr()) };
+}
+
+/// Whether the worker is enabled.
+#[allow(dead_code)]
+pub fn enabled() -> bool {
+    ENABLED.get()
+}
+
+/// Databases to serve, trimmed, empty entries dropped.
+#[allow(dead_code)]
+pub fn databases() -> Vec<String> {
+    DATABASES
+        .get()
+        .map(|c| {
+            c.to_string_lossy()
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Naptime in seconds.
+#[allow(dead_code)]
+pub fn naptime_secs() -> u64 {
+    NAPTIME_S.get().max(1) as u64
+}
+
+/// Jitter fraction.
+#[allow(dead_code)]
+pub fn jitter() -> f64 {
+    JITTER.get()
+}
+
+/// The cycle cap in rows.
+#[allow(dead_code)]
+pub fn max_rows_per_cycle() -> i64 {
+    i64::from(MAX_ROWS_PER_CYCLE.get())
+}
+
+/// The role the worker acts as, if set.
+#[allow(dead_code)]
+pub fn role() -> Option<String> {
+    ROLE.get()
+        .map(|c| c.to_string_lossy().into_owned())
+        .filter(|s| !s.is_empty())
+}

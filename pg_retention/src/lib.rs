@@ -1,0 +1,32 @@
+//! pg_retention: governed, provable data retention for PostgreSQL.
+//!
+//! The tree is the architecture: `api/` is the SQL surface, `gucs.rs` the settings. Each later
+//! subsystem (engine, worker, guard) plugs in with one `init()` call below.
+use pgrx::prelude::*;
+
+mod api;
+mod gucs;
+
+::pgrx::pg_module_magic!(name, version);
+
+// The catalog DDL lives in sql/ so a reader sees the schema in plain SQL.
+extension_sql_file!("../../sql/bootstrap.sql", name = "bootstrap", bootstrap);
+
+/// Called when the library is loaded (at postmaster start when preloaded).
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    gucs::init();
+}
+
+/// Test-framework hooks: `cargo pgrx test` starts its cluster with these settings.
+#[cfg(test)]
+pub mod pg_test {
+    /// Per-test setup; nothing yet.
+    pub fn setup(_options: Vec<&str>) {}
+
+    /// The extension is always tested preloaded, as in production.
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec!["shared_preload_libraries = 'pg_retention'"]
+    }
+}

@@ -1,0 +1,213 @@
+//! A throwaway PostgreSQL 15 cluster with pg_retention installed and preloaded.
+//!
+//! The cluster runs as the `postgres` OS user (Postgres refuses root) in a private directory
+//! under `/var/tmp/pg_retention`, listens on a free loopback port and a private socket
+//! directory, trusts local connections, and is stopped and removed when the value is dropped —
+//! also when the test panics.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Where Debian puts the PostgreSQL 15 server binaries.
+pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// Parent of every test cluster directory; owned by `postgres` (made by `scripts/setup`).
+pub const SCRATCH: &str = "/var/tmp/pg_retention";
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A running test cluster.
+pub struct Cluster {
+    dir: PathBuf,
+    port: u16,
+}
+
+fn run_as_postgres(program: &str, args: &[&str]) -> Output {
+    let path = format!("{PG_BIN}/{program}");
+    let out = if is_root() {
+        Command::new("runuser")
+            .args(["-u", "postgres", "--", &path])
+            .args(args)
+            .output()
+    } else {
+        Command::new(&path).args(args).output()
+    };
+    out.unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn check(what: &str, out: Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Cluster {
+    /// Starts a cluster with pg_retention preloaded and `CREATE EXTENSION pg_retention` run in
+    /// the `postgres` database. `settings` are extra `postgresql.conf` lines (`name = value`).
+    pub fn start(settings: &[&str]) -> Cluster {
+        let cluster = Self::start_bare(settings);
+        cluster.execute("postgres", "CREATE EXTENSION pg_retention");
+        cluster
+    }
+
+    /// Starts a cluster with pg_retention preloaded but the extension not yet created.
+    pub fn start_bare(settings: &[&str]) -> Cluster {
+        let port = crate::ports::free_ports(1)[0];
+        let name = format!(
+            "cluster-{}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst),
+            port
+        );
+        let dir = Path::new(SCRATCH).join(name);
+        let data = dir.join("data");
+        let dir_s = dir.to_string_lossy().into_owned();
+        let data_s = data.to_string_lossy().into_owned();
+        check("mkdir", run_as_postgres_cmd("mkdir", &["-p", &dir_s]));
+        check(
+            "initdb",
+            run_as_postgres(
+                "initdb",
+                &[
+                    "-D",
+                    &data_s,
+                    "-A",
+                    "trust",
+                    "-U",
+                    "postgres",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ],
+            ),
+        );
+        let mut conf = format!(
+            "\n# pg_retention test cluster\nport = {port}\nlisten_addresses = '127.0.0.1'\n\
+             unix_socket_directories = '{dir_s}'\nshared_preload_libraries = 'pg_retention'\n\
+             fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_worker_processes = 16\n\
+             log_min_messages = info\n"
+        );
+        for s in settings {
+            conf.push_str(s);
+            conf.push('\n');
+        }
+        let conf_path = data.join("postgresql.conf");
+        let existing = std::fs::read_to_string(&conf_path).expect("read postgresql.conf");
+        std::fs::write(&conf_path, existing + &conf).expect("write postgresql.conf");
+        let cluster = Cluster { dir, port };
+        let log = cluster.log_path().to_string_lossy().into_owned();
+        check(
+            "pg_ctl start",
+            run_as_postgres(
+                "pg_ctl",
+                &["-D", &data_s, "-l", &log, "-w", "-t", "60", "start"],
+            ),
+        );
+        cluster
+    }
+
+    /// Connection string for a database of this cluster (TCP on loopback, superuser `postgres`).
+    pub fn url(&self, db: &str) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname={db}",
+            self.port
+        )
+    }
+
+    /// The port the cluster listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The socket directory.
+    pub fn socket_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Server log file.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    /// Server log contents so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// A new client connection to `db`.
+    pub fn connect(&self, db: &str) -> postgres::Client {
+        postgres::Client::connect(&self.url(db), postgres::NoTls)
+            .unwrap_or_else(|e| panic!("connect to {db}: {e}"))
+    }
+
+    /// Runs one or more statements in `db`, panicking on error.
+    pub fn execute(&self, db: &str, sql: &str) {
+        self.connect(db)
+            .batch_execute(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Reloads the configuration (SIGHUP to the postmaster).
+    pub fn reload(&self) {
+        self.execute("postgres", "SELECT pg_reload_conf()");
+    }
+
+    /// Appends lines to postgresql.conf (apply with [`Cluster::reload`]).
+    pub fn append_conf(&self, lines: &[&str]) {
+        let path = self.dir.join("data").join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&path).expect("read postgresql.conf");
+        for l in lines {
+            text.push_str(l);
+            text.push('\n');
+        }
+        std::fs::write(&path, text).expect("write postgresql.conf");
+    }
+
+    /// Polls `cond` every 100 ms until it holds or `timeout` passes; returns whether it held.
+    pub fn wait_until(&self, timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if cond() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn run_as_postgres_cmd(program: &str, args: &[&str]) -> Output {
+    let out = if is_root() {
+        Command::new("runuser")
+            .args(["-u", "postgres", "--", program])
+            .args(args)
+            .output()
+    } else {
+        Command::new(program).args(args).output()
+    };
+    out.unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let data = self.dir.join("data").to_string_lossy().into_owned();
+        let _ = run_as_postgres("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
+        if std::env::var_os("PG_RETENTION_KEEP_CLUSTER").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}

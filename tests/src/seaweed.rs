@@ -1,0 +1,150 @@
+//! A throwaway SeaweedFS server (`weed mini`) speaking S3 on a free loopback port, with a fresh
+//! bucket. The process is killed and its directory removed when the value is dropped.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Credentials handed to object_store. SeaweedFS runs without IAM here and accepts any; they
+/// must be present or object_store probes a cloud metadata address.
+pub const ACCESS_KEY: &str = "pg-retention-test";
+/// See [`ACCESS_KEY`].
+pub const SECRET_KEY: &str = "pg-retention-test-secret";
+
+/// A running SeaweedFS server.
+pub struct Seaweed {
+    child: Child,
+    dir: PathBuf,
+    s3_port: u16,
+    /// The bucket made for this test.
+    pub bucket: String,
+}
+
+impl Seaweed {
+    /// Starts `weed mini` with every port on a free loopback port and creates `bucket`.
+    pub fn start(bucket: &str) -> Seaweed {
+        let p = crate::ports::free_ports(16);
+        let dir =
+            std::env::temp_dir().join(format!("pg-retention-weed-{}-{}", std::process::id(), p[0]));
+        std::fs::create_dir_all(&dir).expect("weed dir");
+        let log = std::fs::File::create(dir.join("weed.log")).expect("weed log");
+        let flags = [
+            format!("-dir={}", dir.display()),
+            "-ip=127.0.0.1".into(),
+            "-ip.bind=127.0.0.1".into(),
+            "-master.telemetry=false".into(),
+            "-admin.ui=false".into(),
+            "-webdav=false".into(),
+            format!("-s3.port={}", p[0]),
+            format!("-s3.port.grpc={}", p[1]),
+            format!("-master.port={}", p[2]),
+            format!("-master.port.grpc={}", p[3]),
+            format!("-volume.port={}", p[4]),
+            format!("-volume.port.grpc={}", p[5]),
+            format!("-filer.port={}", p[6]),
+            format!("-filer.port.grpc={}", p[7]),
+            format!("-admin.port={}", p[8]),
+            format!("-admin.port.grpc={}", p[9]),
+            format!("-s3.port.iceberg={}", p[10]),
+            format!("-s3.port.lance={}", p[11]),
+            format!("-webdav.port={}", p[12]),
+            format!("-metricsPort={}", p[13]),
+            format!("-s3.metricsPort={}", p[14]),
+            format!("-debug.port={}", p[15]),
+        ];
+        let child = Command::new("weed")
+            .arg("mini")
+            .args(&flags)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log handle"))
+            .stderr(log)
+            .spawn()
+            .expect("start `weed mini` (installed by scripts/setup)");
+        let mut server = Seaweed {
+            child,
+            dir,
+            s3_port: p[0],
+            bucket: bucket.to_owned(),
+        };
+        server.wait_for_bucket();
+        server
+    }
+
+    /// The S3 endpoint URL.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.s3_port)
+    }
+
+    fn wait_for_bucket(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("weed mini exited early ({status}); log:\n{}", self.log());
+            }
+            if http_status(self.s3_port, "PUT", &format!("/{}", self.bucket)) == Some(200)
+                && http_status(self.s3_port, "GET", &format!("/{}", self.bucket)) == Some(200)
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "SeaweedFS S3 not ready in 60 s; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Server log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("weed.log")).unwrap_or_default()
+    }
+
+    /// An object_store S3 client for the test bucket, with explicit credentials and short
+    /// timeouts so a dead server fails a test quickly instead of hanging it.
+    pub fn store(&self) -> object_store::aws::AmazonS3 {
+        object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(self.endpoint())
+            .with_bucket_name(&self.bucket)
+            .with_region("us-east-1")
+            .with_access_key_id(ACCESS_KEY)
+            .with_secret_access_key(SECRET_KEY)
+            .with_allow_http(true)
+            .with_virtual_hosted_style_request(false)
+            .with_client_options(
+                object_store::ClientOptions::new()
+                    .with_allow_http(true)
+                    .with_timeout(Duration::from_secs(10))
+                    .with_connect_timeout(Duration::from_secs(2)),
+            )
+            .with_retry(object_store::RetryConfig {
+                max_retries: 2,
+                retry_timeout: Duration::from_secs(10),
+                ..Default::default()
+            })
+            .build()
+            .expect("build S3 client")
+    }
+}
+
+/// Sends one unauthenticated HTTP request and returns the status code.
+fn http_status(port: u16, method: &str, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).ok()?;
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).ok()?;
+    let head = std::str::from_utf8(&buf[..n]).ok()?;
+    head.split_whitespace().nth(1)?.parse().ok()
+}
+
+impl Drop for Seaweed {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
