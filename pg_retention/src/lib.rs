@@ -1,16 +1,32 @@
 //! pg_retention: governed, provable data retention for PostgreSQL.
 //!
-//! The tree is the architecture: `api/` is the SQL surface, `gucs.rs` the settings. Each later
-//! subsystem (engine, worker, guard) plugs in with one `init()` call below.
+//! The tree is the architecture: `api/` is the SQL surface, `catalog/` reads and appends the
+//! catalog, `engine/` decides eligibility, sweeps and previews, `gucs.rs` holds the settings.
+//! The catalog DDL and the plain-SQL parts of the surface live in `sql/`.
 use pgrx::prelude::*;
 
 mod api;
+mod catalog;
+mod engine;
+mod error;
 mod gucs;
+mod sql_text;
 
 ::pgrx::pg_module_magic!(name, version);
 
 // The catalog DDL lives in sql/ so a reader sees the schema in plain SQL.
 extension_sql_file!("../../sql/bootstrap.sql", name = "bootstrap", bootstrap);
+extension_sql_file!(
+    "../../sql/catalog.sql",
+    name = "catalog",
+    requires = ["bootstrap"]
+);
+extension_sql_file!(
+    "../../sql/views.sql",
+    name = "views",
+    requires = ["catalog"]
+);
+extension_sql_file!("../../sql/api.sql", name = "api", finalize);
 
 /// Called when the library is loaded (at postmaster start when preloaded).
 #[pg_guard]

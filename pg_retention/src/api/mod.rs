@@ -1,3 +1,10 @@
-//! The SQL surface of the extension. Each submodule is one group of functions.
+//! The SQL surface of the extension implemented in Rust. The public names (`add_policy`,
+//! `run`, ...) are thin SQL wrappers in `sql/api.sql`; the `_`-prefixed functions here do the
+//! work, run as the extension owner (SECURITY DEFINER, pinned search_path) and are executable
+//! only by the roles that need them.
 
+pub mod hold;
+pub mod policy;
+pub mod preview;
+pub mod sweep;
 pub mod version;

@@ -1,0 +1,54 @@
+//! `retention.preview(policy)`.
+
+use crate::catalog::{query_json, Policy};
+use crate::engine::preview::preview as preview_one;
+use crate::error::{OrReport, Result};
+use pgrx::prelude::*;
+
+/// policy, eligible, held, hold_ids, would_delete, backlog, archive_bytes_estimate
+type PreviewRow = (String, i64, i64, Vec<i64>, i64, i64, Option<i64>);
+
+fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
+    let names: Vec<String> = match policy {
+        Some(name) => vec![Policy::by_name(name)?.name.clone()],
+        None => query_json(
+            "SELECT coalesce(jsonb_agg(name ORDER BY name), '[]') FROM retention.policies",
+            &[],
+        )?
+        .unwrap_or_default(),
+    };
+    let mut rows = Vec::with_capacity(names.len());
+    for name in names {
+        let p = preview_one(&Policy::by_name(&name)?)?;
+        rows.push((
+            p.policy,
+            p.eligible,
+            p.held,
+            p.hold_ids,
+            p.would_delete,
+            p.backlog,
+            p.archive_bytes_estimate,
+        ));
+    }
+    Ok(rows)
+}
+
+/// What the next run would do, per policy (all current policies when `policy` is NULL).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn preview(
+    policy: default!(Option<&str>, "NULL"),
+) -> TableIterator<
+    'static,
+    (
+        name!(policy, String),
+        name!(eligible, i64),
+        name!(held, i64),
+        name!(hold_ids, Vec<i64>),
+        name!(would_delete, i64),
+        name!(backlog, i64),
+        name!(archive_bytes_estimate, Option<i64>),
+    ),
+> {
+    TableIterator::new(previews(policy).or_report())
+}

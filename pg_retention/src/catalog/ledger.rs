@@ -1,0 +1,55 @@
+//! Appending to the ledger. The ledger is append-only; this is its one writer.
+
+use crate::catalog::Policy;
+use crate::error::Result;
+use pgrx::prelude::*;
+
+/// One ledger record to append.
+#[derive(Debug)]
+pub struct LedgerEntry<'a> {
+    /// What happened: prune, hold_skip, cap_reached, error, skip_locked, run, hold_place, ...
+    pub method: &'a str,
+    /// The policy concerned, if any.
+    pub policy: Option<&'a Policy>,
+    /// Relation name when there is no policy (holds).
+    pub relation: Option<&'a str>,
+    /// Rows affected (deleted, skipped, ...).
+    pub rows: i64,
+    /// Holds involved.
+    pub hold_ids: Vec<i64>,
+    /// Who acted.
+    pub actor: &'a str,
+    /// The run this belongs to.
+    pub run_id: Option<&'a str>,
+    /// Anything else worth keeping.
+    pub detail: serde_json::Value,
+}
+
+impl LedgerEntry<'_> {
+    /// Appends the record in the current transaction.
+    pub fn append(&self) -> Result<()> {
+        let relation = self
+            .policy
+            .map(|p| p.relation_name.clone())
+            .or_else(|| self.relation.map(str::to_owned));
+        let args = [
+            self.method.into(),
+            self.policy.map(|p| p.name.clone()).into(),
+            self.policy.map(|p| p.id).into(),
+            self.policy.map(|p| p.version).into(),
+            relation.into(),
+            self.rows.into(),
+            self.hold_ids.clone().into(),
+            self.actor.into(),
+            self.run_id.into(),
+            pgrx::JsonB(self.detail.clone()).into(),
+        ];
+        Spi::run_with_args(
+            "INSERT INTO retention.ledger_entries
+                 (method, policy, policy_id, policy_version, relation, rows, hold_ids, actor, run_id, detail)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::uuid, $10)",
+            &args,
+        )?;
+        Ok(())
+    }
+}

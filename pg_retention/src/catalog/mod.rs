@@ -1,0 +1,77 @@
+//! Reading and appending the catalog: policies, holds, relations, the ledger.
+
+pub mod ledger;
+pub mod policy;
+pub mod relation;
+
+pub use ledger::LedgerEntry;
+pub use policy::{Kind, Policy, PolicySpec};
+pub use relation::RelationInfo;
+
+use crate::error::Result;
+use pgrx::prelude::*;
+use serde::de::DeserializeOwned;
+
+/// Runs a query that returns one jsonb value (or no row) and decodes it.
+pub fn query_json<T: DeserializeOwned>(
+    sql: &str,
+    args: &[pgrx::datum::DatumWithOid<'_>],
+) -> Result<Option<T>> {
+    let value: Option<pgrx::JsonB> = Spi::connect(|client| {
+        let table = client.select(sql, Some(1), args)?;
+        if table.is_empty() {
+            Ok::<_, pgrx::spi::SpiError>(None)
+        } else {
+            table.first().get_one::<pgrx::JsonB>()
+        }
+    })?;
+    match value {
+        None => Ok(None),
+        Some(j) if j.0.is_null() => Ok(None),
+        Some(j) => Ok(Some(serde_json::from_value(j.0)?)),
+    }
+}
+
+/// An active legal hold on a relation.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Hold {
+    /// Hold id.
+    pub id: i64,
+    /// The validated predicate text.
+    pub predicate: String,
+}
+
+/// The holds in force on `relation` right now.
+pub fn active_holds(relation: u32) -> Result<Vec<Hold>> {
+    let holds: Option<Vec<Hold>> = query_json(
+        "SELECT coalesce(jsonb_agg(jsonb_build_object('id', h.id, 'predicate', h.predicate) ORDER BY h.id), '[]')
+           FROM retention.hold_records h
+          WHERE h.relation = $1::bigint::oid
+            AND NOT EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = h.id)",
+        &[i64::from(relation).into()],
+    )?;
+    Ok(holds.unwrap_or_default())
+}
+
+/// The role the caller acts as: the outer user, unaffected by SECURITY DEFINER.
+pub fn caller() -> String {
+    // Safety: GetOuterUserId reads backend-local state; GetUserNameFromId with noerr=true returns
+    // NULL rather than raising for a vanished role.
+    unsafe {
+        let oid = pgrx::pg_sys::GetOuterUserId();
+        let name = pgrx::pg_sys::GetUserNameFromId(oid, true);
+        if name.is_null() {
+            format!("role {}", oid.to_u32())
+        } else {
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    }
+}
+
+/// The caller's role oid (see [`caller`]).
+pub fn caller_oid() -> u32 {
+    // Safety: reads backend-local state only.
+    unsafe { pgrx::pg_sys::GetOuterUserId().to_u32() }
+}

@@ -1,0 +1,91 @@
+//! What the engine needs to know about a governed table, read from the system catalogs.
+
+use crate::catalog::query_json;
+use crate::error::{Result, RetentionError};
+use serde::Deserialize;
+
+/// One column.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Column {
+    /// Column name.
+    pub name: String,
+    /// Type as `format_type` prints it.
+    #[serde(rename = "type")]
+    pub type_name: String,
+}
+
+/// A foreign key from another table (or this one) that references this table.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Reference {
+    /// Referencing table, quoted and qualified.
+    pub child: String,
+    /// Referencing columns.
+    pub child_cols: Vec<String>,
+    /// Referenced columns of this table, in the same order.
+    pub parent_cols: Vec<String>,
+}
+
+/// A governed table.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RelationInfo {
+    /// Oid.
+    pub oid: u32,
+    /// Quoted, schema-qualified name (`regclass` output).
+    pub qualified: String,
+    /// `pg_class.relkind`.
+    pub relkind: String,
+    /// Columns in attribute order.
+    pub columns: Vec<Column>,
+    /// Primary-key columns in key order (empty when there is none).
+    #[serde(default)]
+    pub pk: Vec<String>,
+    /// Foreign keys referencing this table.
+    #[serde(default)]
+    pub referenced_by: Vec<Reference>,
+}
+
+const DESCRIBE: &str = "
+SELECT jsonb_build_object(
+    'oid', c.oid::bigint,
+    'qualified', c.oid::regclass::text,
+    'relkind', c.relkind::text,
+    'columns', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                        'name', a.attname, 'type', format_type(a.atttypid, a.atttypmod)) ORDER BY a.attnum), '[]')
+                  FROM pg_attribute a
+                 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+    'pk', (SELECT coalesce(jsonb_agg(a.attname ORDER BY k.ord), '[]')
+             FROM pg_index i
+             CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, ord)
+             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
+            WHERE i.indrelid = c.oid AND i.indisprimary),
+    'referenced_by', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                        'child', con.conrelid::regclass::text,
+                        'child_cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord)
+                                         FROM unnest(con.conkey) WITH ORDINALITY k(attnum, ord)
+                                         JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum),
+                        'parent_cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord)
+                                          FROM unnest(con.confkey) WITH ORDINALITY k(attnum, ord)
+                                          JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum))
+                        ORDER BY con.oid), '[]')
+                        FROM pg_constraint con WHERE con.contype = 'f' AND con.confrelid = c.oid))
+  FROM pg_class c WHERE c.oid = $1::bigint::oid";
+
+impl RelationInfo {
+    /// Describes the table with oid `oid`, or says it no longer exists.
+    pub fn load(oid: u32, name_for_errors: &str) -> Result<RelationInfo> {
+        query_json(DESCRIBE, &[i64::from(oid).into()])?.ok_or_else(|| RetentionError::WrongState {
+            message: format!("table {name_for_errors} (oid {oid}) no longer exists"),
+            hint: "Drop the policy, or recreate the table and re-register the policy.".into(),
+        })
+    }
+
+    /// The column named `name`.
+    pub fn column(&self, name: &str) -> Result<&Column> {
+        self.columns.iter().find(|c| c.name == name).ok_or_else(|| {
+            RetentionError::UndefinedColumn {
+                relation: self.qualified.clone(),
+                column: name.to_owned(),
+            }
+        })
+    }
+}

@@ -1,0 +1,297 @@
+//! Eligibility: the SQL that enumerates the rows a policy may delete.
+//!
+//! Every query built here yields a relation aliased by the caller with the table's columns plus
+//! `__ctid`, the row's physical address. Batches walk forward over `__ctid`: for an `age` policy
+//! the condition on `__ctid` is pushed down to a TID range scan, so each batch reads only its
+//! block range; ranked kinds (`keep_latest`, `versions`) rank the whole table and then walk the
+//! ranked rows forward. `entity` policies are selected and deleted a whole group at a time.
+
+use crate::catalog::{Hold, Kind, Policy, RelationInfo};
+use crate::error::Result;
+use crate::sql_text::{ident, literal, predicate};
+
+/// Which guards apply to an eligibility query.
+#[derive(Debug, Clone, Copy)]
+pub struct Guards {
+    /// Skip rows that match an active hold (a whole group, for `entity`).
+    pub holds: bool,
+    /// Skip rows still referenced through a foreign key (a whole group, for `entity`).
+    pub references: bool,
+}
+
+impl Guards {
+    /// Both guards: what a sweep deletes.
+    pub const ALL: Guards = Guards {
+        holds: true,
+        references: true,
+    };
+    /// No guards: what the policy alone makes eligible.
+    pub const NONE: Guards = Guards {
+        holds: false,
+        references: false,
+    };
+    /// References only: eligible and deletable but for holds.
+    pub const REFERENCES: Guards = Guards {
+        holds: false,
+        references: true,
+    };
+}
+
+/// Builds eligibility SQL for one policy on one table with the holds in force.
+pub struct Eligibility<'a> {
+    policy: &'a Policy,
+    rel: &'a RelationInfo,
+    holds: &'a [Hold],
+    kind: Kind,
+}
+
+impl<'a> Eligibility<'a> {
+    /// Prepares the builder.
+    pub fn new(policy: &'a Policy, rel: &'a RelationInfo, holds: &'a [Hold]) -> Result<Self> {
+        Ok(Eligibility {
+            policy,
+            rel,
+            holds,
+            kind: policy.kind()?,
+        })
+    }
+
+    /// The policy kind.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The holds in force.
+    pub fn holds(&self) -> &[Hold] {
+        self.holds
+    }
+
+    /// The table, quoted and qualified.
+    pub fn table(&self) -> &str {
+        &self.rel.qualified
+    }
+
+    /// `now() - older_than`, or None for policies without a window.
+    fn cutoff(&self) -> Option<String> {
+        self.policy
+            .older_than
+            .as_deref()
+            .map(|w| format!("(now() - {}::interval)", literal(w)))
+    }
+
+    fn age(&self) -> String {
+        ident(self.policy.age_column.as_deref().unwrap_or_default())
+    }
+
+    fn scope(&self) -> String {
+        self.policy
+            .scope
+            .as_deref()
+            .map(predicate)
+            .unwrap_or_else(|| "true".into())
+    }
+
+    fn terminal(&self) -> String {
+        self.policy
+            .terminal
+            .as_deref()
+            .map(predicate)
+            .unwrap_or_else(|| "true".into())
+    }
+
+    fn group_cols(&self) -> Vec<String> {
+        self.policy
+            .group_by
+            .clone()
+            .unwrap_or_default()
+            .iter()
+            .map(|c| ident(c))
+            .collect()
+    }
+
+    /// Rows whose group key has a NULL belong to no group and are never eligible.
+    fn group_not_null(&self) -> String {
+        let cols = self.group_cols();
+        if cols.is_empty() {
+            "true".into()
+        } else {
+            cols.iter()
+                .map(|c| format!("{c} IS NOT NULL"))
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        }
+    }
+
+    /// True when the row (columns unqualified) matches an active hold.
+    pub fn held(&self) -> Option<String> {
+        if self.holds.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "({})",
+            self.holds
+                .iter()
+                .map(|h| predicate(&h.predicate))
+                .collect::<Vec<_>>()
+                .join(" OR ")
+        ))
+    }
+
+    /// True when the row, addressed as `alias`, is referenced by a foreign key.
+    fn referenced(&self, alias: &str) -> Option<String> {
+        if self.rel.referenced_by.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = self
+            .rel
+            .referenced_by
+            .iter()
+            .map(|r| {
+                let on = r
+                    .child_cols
+                    .iter()
+                    .zip(&r.parent_cols)
+                    .map(|(c, p)| format!("__c.{} = {alias}.{}", ident(c), ident(p)))
+                    .collect::<Vec<_>>()
+                    .join(" AND ");
+                format!("EXISTS (SELECT 1 FROM {} __c WHERE {on})", r.child)
+            })
+            .collect();
+        Some(format!("({})", parts.join(" OR ")))
+    }
+
+    fn guard_filter(&self, guards: Guards, alias: &str) -> String {
+        let mut f = Vec::new();
+        if guards.holds {
+            if let Some(h) = self.held() {
+                f.push(format!("NOT {h}"));
+            }
+        }
+        if guards.references {
+            if let Some(r) = self.referenced(alias) {
+                f.push(format!("NOT {r}"));
+            }
+        }
+        if f.is_empty() {
+            "true".into()
+        } else {
+            f.join(" AND ")
+        }
+    }
+
+    /// Deterministic newest-first order within a group: the order column, then the primary key.
+    fn newest_first(&self) -> String {
+        let mut parts = vec![format!(
+            "{} DESC NULLS LAST",
+            ident(self.policy.order_by.as_deref().unwrap_or_default())
+        )];
+        parts.extend(self.rel.pk.iter().map(|c| format!("{} DESC", ident(c))));
+        parts.join(", ")
+    }
+
+    /// The eligible rows (`__ctid` plus the table's columns) under `guards`.
+    pub fn rows(&self, guards: Guards) -> String {
+        let table = self.table();
+        match self.kind {
+            Kind::Age => format!(
+                "SELECT t.ctid AS __ctid, t.* FROM ONLY {table} t
+                  WHERE {scope} AND {terminal} AND t.{age} < {cutoff} AND {guard}",
+                scope = self.scope(),
+                terminal = self.terminal(),
+                age = self.age(),
+                cutoff = self.cutoff().unwrap_or_else(|| "'-infinity'".into()),
+                guard = self.guard_filter(guards, "t"),
+            ),
+            Kind::KeepLatest | Kind::Versions => {
+                let keep = self.policy.keep.unwrap_or(i32::MAX);
+                let rank_rule = match (self.kind, self.cutoff()) {
+                    (Kind::Versions, Some(cutoff)) => format!(
+                        "(r.__rn > {keep} OR (r.__rn > {min_keep} AND r.{age} < {cutoff}))",
+                        min_keep = self.policy.min_keep.unwrap_or(1),
+                        age = self.age(),
+                    ),
+                    _ => format!("r.__rn > {keep}"),
+                };
+                format!(
+                    "SELECT r.* FROM (
+                        SELECT t.ctid AS __ctid, t.*, {terminal} AS __terminal,
+                               row_number() OVER (PARTITION BY {groups} ORDER BY {order}) AS __rn
+                          FROM ONLY {table} t WHERE {scope} AND {not_null}) r
+                      WHERE r.__terminal AND {rank_rule} AND {guard}",
+                    terminal = self.terminal(),
+                    groups = self.group_cols().join(", "),
+                    order = self.newest_first(),
+                    scope = self.scope(),
+                    not_null = self.group_not_null(),
+                    guard = self.guard_filter(guards, "r"),
+                )
+            }
+            Kind::Entity => {
+                let on = self
+                    .group_cols()
+                    .iter()
+                    .map(|c| format!("t.{c} = g.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(" AND ");
+                format!(
+                    "SELECT t.ctid AS __ctid, t.* FROM ONLY {table} t
+                       JOIN ({groups_sql}) g ON {on}
+                      WHERE {scope}",
+                    groups_sql = self.entity_groups(guards),
+                    scope = self.scope(),
+                )
+            }
+        }
+    }
+
+    /// For `entity`: the expired groups (group columns, `__first` = lowest ctid, `__n` = rows).
+    pub fn entity_groups(&self, guards: Guards) -> String {
+        let mut having = vec![
+            format!(
+                "max(t.{}) < {}",
+                self.age(),
+                self.cutoff().unwrap_or_else(|| "'-infinity'".into())
+            ),
+            format!("bool_and({})", self.terminal()),
+        ];
+        if guards.holds {
+            if let Some(h) = self.held() {
+                having.push(format!("NOT bool_or({h})"));
+            }
+        }
+        if guards.references {
+            if let Some(r) = self.referenced("t") {
+                having.push(format!("NOT bool_or({r})"));
+            }
+        }
+        let groups = self
+            .group_cols()
+            .iter()
+            .map(|c| format!("t.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "SELECT {groups}, min(t.ctid) AS __first, count(*) AS __n
+               FROM ONLY {table} t WHERE {scope} AND {not_null}
+              GROUP BY {groups} HAVING {having}",
+            table = self.table(),
+            scope = self.scope(),
+            not_null = self.group_not_null(),
+            having = having.join(" AND "),
+        )
+    }
+
+    /// For `entity`: the join condition between the table (`t`) and a group row (`g`).
+    pub fn entity_join(&self) -> String {
+        self.group_cols()
+            .iter()
+            .map(|c| format!("t.{c} = g.{c}"))
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    }
+
+    /// The scope predicate over unqualified columns.
+    pub fn scope_sql(&self) -> String {
+        self.scope()
+    }
+}

@@ -1,0 +1,8 @@
+//! The retention engine: which rows a policy makes eligible, how they are swept in batches,
+//! what a preview reports, and how definitions are validated.
+
+pub mod eligible;
+pub mod predicate;
+pub mod preview;
+pub mod sweep;
+pub mod validate;

@@ -1,0 +1,90 @@
+//! Predicate validation: a user predicate must be one boolean expression over the table's own
+//! columns. It is parsed and analysed against the table (through `SPI_prepare`), then the
+//! analysed query is inspected: no subqueries, aggregates, window functions, set-returning
+//! functions or volatile functions. Multiple statements fail to prepare.
+
+use crate::sql_text::ident;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use pgrx::PgList;
+use std::ffi::CString;
+
+/// Prepares `SELECT (<predicate>) FROM ONLY <table> t` and returns why the predicate
+/// is not acceptable, or None when it is. Parse and analysis errors propagate as Postgres
+/// errors; `retention._check_predicate` turns them into RT101.
+pub fn problem(qualified_table: &str, predicate: &str) -> Option<String> {
+    if predicate.trim().is_empty() {
+        return Some("the predicate is empty".into());
+    }
+    let sql = format!(
+        "SELECT (\n{predicate}\n) AS {} FROM ONLY {qualified_table} t",
+        ident("p")
+    );
+    let Ok(csql) = CString::new(sql) else {
+        return Some("the predicate contains a NUL byte".into());
+    };
+    Spi::connect(|_client| {
+        // Safety: SPI is connected for the duration of this closure; the plan is freed before
+        // returning, and the lists we read belong to it.
+        unsafe {
+            let plan = pg_sys::SPI_prepare(csql.as_ptr(), 0, std::ptr::null_mut());
+            if plan.is_null() {
+                return Some("the predicate could not be prepared".into());
+            }
+            let sources = PgList::<pg_sys::CachedPlanSource>::from_pg(
+                pg_sys::SPI_plan_get_plan_sources(plan),
+            );
+            let verdict = if sources.len() != 1 {
+                Some("the predicate must be a single expression".to_string())
+            } else {
+                sources
+                    .get_ptr(0)
+                    .and_then(|src| inspect_queries((*src).query_list))
+            };
+            pg_sys::SPI_freeplan(plan);
+            verdict
+        }
+    })
+}
+
+/// Safety: `list` must be a valid List of Query nodes.
+unsafe fn inspect_queries(list: *mut pg_sys::List) -> Option<String> {
+    let queries = PgList::<pg_sys::Query>::from_pg(list);
+    if queries.len() != 1 {
+        return Some("the predicate must be a single expression".into());
+    }
+    let q = queries.get_ptr(0)?;
+    let q = &*q;
+    if q.commandType != pg_sys::CmdType::CMD_SELECT || !q.utilityStmt.is_null() {
+        return Some("the predicate must be an expression, not a statement".into());
+    }
+    if q.hasSubLinks {
+        return Some("subqueries are not allowed".into());
+    }
+    if q.hasAggs {
+        return Some("aggregate functions are not allowed".into());
+    }
+    if q.hasWindowFuncs {
+        return Some("window functions are not allowed".into());
+    }
+    if q.hasTargetSRFs {
+        return Some("set-returning functions are not allowed".into());
+    }
+    if q.hasModifyingCTE || !q.cteList.is_null() {
+        return Some("WITH clauses are not allowed".into());
+    }
+    let targets = PgList::<pg_sys::TargetEntry>::from_pg(q.targetList);
+    let Some(te) = targets.get_ptr(0) else {
+        return Some("the predicate must be one expression".into());
+    };
+    if targets.len() != 1 || pg_sys::exprType((*te).expr.cast()) != pg_sys::BOOLOID {
+        return Some("the predicate must be a boolean expression".into());
+    }
+    if pg_sys::contain_volatile_functions(q.targetList.cast()) {
+        return Some(
+            "volatile functions (random(), clock_timestamp(), nextval(), ...) are not allowed"
+                .into(),
+        );
+    }
+    None
+}

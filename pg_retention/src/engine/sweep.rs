@@ -1,0 +1,403 @@
+//! Sweeps: a run of a delete-action policy, one batch per transaction.
+//!
+//! A run is a small state machine carried between batches as JSON (so a plpgsql procedure can
+//! COMMIT between batches and the background worker can run each batch in its own transaction):
+//! `start` → `batch`* → `finish`, with `failed` when a batch raised an error. Each batch plans
+//! and deletes in one statement, so the eligibility predicate, the holds in force and the
+//! foreign-key guard are evaluated when the batch executes.
+
+use crate::catalog::{active_holds, Kind, LedgerEntry, Policy, RelationInfo};
+use crate::engine::eligible::{Eligibility, Guards};
+use crate::error::Result;
+use crate::sql_text::{parse_tid, tid};
+use pgrx::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+/// Highest block number a tid can have; used as "end of table".
+const END_BLOCK: u64 = u32::MAX as u64;
+/// Block ranges grow up to this many blocks when batches come back sparse.
+const MAX_SPAN: u64 = 1 << 20;
+
+/// The state of one run of one policy, carried between batches.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SweepState {
+    /// Policy id.
+    pub policy_id: i64,
+    /// Policy name (for messages).
+    pub policy: String,
+    /// Policy version the run started with; a change of version stops the run.
+    pub version: i32,
+    /// Run id, shared by every ledger record of the run.
+    pub run_id: String,
+    /// Who runs it (a role, or "worker").
+    pub actor: String,
+    /// Watermark: batches look at rows after this tid (block, item).
+    pub lo: (u64, u64),
+    /// For `age`: blocks per batch range (adapts to the density of eligible rows).
+    pub span: u64,
+    /// Rows deleted so far.
+    pub deleted: i64,
+    /// Batches that deleted rows.
+    pub batches: i64,
+    /// Most rows this run may delete (policy cap, or less when a worker cycle cap is lower).
+    pub cap: i64,
+    /// Whether the run is over.
+    pub done: bool,
+    /// running | ok | cap | error | stopped | skipped
+    pub outcome: String,
+    /// Why the run stopped, when it did not simply finish.
+    pub reason: Option<String>,
+}
+
+fn new_run_id() -> Result<String> {
+    Ok(Spi::get_one::<String>("SELECT gen_random_uuid()::text")?.unwrap_or_default())
+}
+
+impl SweepState {
+    fn stop_at_cap(self) -> Self {
+        let reason = format!(
+            "run cap of {} rows reached with eligible rows left",
+            self.cap
+        );
+        self.stop("cap", reason)
+    }
+
+    fn stop(mut self, outcome: &str, reason: impl Into<String>) -> Self {
+        self.done = true;
+        self.outcome = outcome.into();
+        self.reason = Some(reason.into());
+        self
+    }
+}
+
+/// Starts a run. `cycle_remaining` lowers the cap when a worker cycle has less room left.
+pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Result<SweepState> {
+    let policy = Policy::by_id(policy_id)?;
+    let mut state = SweepState {
+        policy_id,
+        policy: policy.as_ref().map(|p| p.name.clone()).unwrap_or_default(),
+        version: policy.as_ref().map(|p| p.version).unwrap_or(0),
+        run_id: new_run_id()?,
+        actor: actor.to_owned(),
+        lo: (0, 0),
+        span: 0,
+        deleted: 0,
+        batches: 0,
+        cap: 0,
+        done: false,
+        outcome: "running".into(),
+        reason: None,
+    };
+    let Some(policy) = policy else {
+        return Ok(state.stop("skipped", "policy no longer exists"));
+    };
+    if !policy.enabled {
+        return Ok(state.stop("skipped", "policy is disabled"));
+    }
+    if policy.action != "delete" {
+        return Ok(state.stop(
+            "skipped",
+            "archive_then_delete policies are pruned only by the archive protocol",
+        ));
+    }
+    let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    state.cap = policy
+        .max_rows_per_run
+        .min(cycle_remaining.unwrap_or(i64::MAX))
+        .max(0);
+    state.span = initial_span(&rel, policy.batch_size)?;
+    Ok(state)
+}
+
+/// Blocks per batch so that a dense range holds about one batch of rows.
+fn initial_span(rel: &RelationInfo, batch_size: i32) -> Result<u64> {
+    let per_block = Spi::get_one_with_args::<f64>(
+        "SELECT CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages ELSE 50 END::float8
+           FROM pg_class WHERE oid = $1::bigint::oid",
+        &[i64::from(rel.oid).into()],
+    )?
+    .unwrap_or(50.0)
+    .max(1.0);
+    Ok(((f64::from(batch_size) / per_block).ceil() as u64).clamp(1, MAX_SPAN))
+}
+
+fn table_blocks(rel: &RelationInfo) -> Result<u64> {
+    let n = Spi::get_one_with_args::<i64>(
+        "SELECT (pg_relation_size($1::bigint::oid) / current_setting('block_size')::int)::bigint",
+        &[i64::from(rel.oid).into()],
+    )?;
+    Ok(n.unwrap_or(0).max(0) as u64)
+}
+
+/// What one batch statement reports.
+struct BatchResult {
+    deleted: i64,
+    planned: i64,
+    last: Option<(u64, u64)>,
+}
+
+fn run_batch_sql(sql: &str) -> Result<BatchResult> {
+    let (deleted, planned, last) = Spi::connect_mut(|client| {
+        let row = client.update(sql, Some(1), &[])?;
+        let row = row.first();
+        Ok::<_, pgrx::spi::SpiError>((
+            row.get::<i64>(1)?,
+            row.get::<i64>(2)?,
+            row.get::<String>(3)?,
+        ))
+    })?;
+    Ok(BatchResult {
+        deleted: deleted.unwrap_or(0),
+        planned: planned.unwrap_or(0),
+        last: last.as_deref().and_then(parse_tid),
+    })
+}
+
+/// Runs one batch and returns the next state. The caller commits afterwards.
+pub fn batch(mut state: SweepState) -> Result<SweepState> {
+    if state.done {
+        return Ok(state);
+    }
+    let Some(policy) = Policy::by_id(state.policy_id)? else {
+        return Ok(state.stop("stopped", "policy was dropped during the run"));
+    };
+    if policy.version != state.version {
+        return Ok(state.stop(
+            "stopped",
+            format!(
+                "policy changed to version {} during the run",
+                policy.version
+            ),
+        ));
+    }
+    if !policy.enabled {
+        return Ok(state.stop("stopped", "policy was disabled during the run"));
+    }
+    let remaining = state.cap - state.deleted;
+    let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    let holds = active_holds(policy.relation)?;
+    let elig = Eligibility::new(&policy, &rel, &holds)?;
+    if remaining <= 0 {
+        return Ok(if has_more(&elig, state.lo)? {
+            state.stop_at_cap()
+        } else {
+            state.stop("ok", "finished at the cap")
+        });
+    }
+    let n = remaining.min(i64::from(policy.batch_size));
+    let (hi_block, result) = match elig.kind() {
+        Kind::Entity => (
+            END_BLOCK,
+            run_batch_sql(&entity_batch(&elig, state.lo, n, remaining))?,
+        ),
+        Kind::Age => {
+            let hi = state.lo.0.saturating_add(state.span).min(END_BLOCK);
+            (hi, run_batch_sql(&row_batch(&elig, state.lo, hi, n))?)
+        }
+        Kind::KeepLatest | Kind::Versions => (
+            END_BLOCK,
+            run_batch_sql(&row_batch(&elig, state.lo, END_BLOCK, n))?,
+        ),
+    };
+    if result.deleted > 0 {
+        state.deleted += result.deleted;
+        state.batches += 1;
+        LedgerEntry {
+            method: "prune",
+            policy: Some(&policy),
+            relation: None,
+            rows: result.deleted,
+            hold_ids: holds.iter().map(|h| h.id).collect(),
+            actor: &state.actor,
+            run_id: Some(&state.run_id),
+            detail: json!({
+                "batch": state.batches,
+                "planned": result.planned,
+                "from_tid": format!("({},{})", state.lo.0, state.lo.1),
+                "to_tid": result.last.map(|(b, i)| format!("({b},{i})")),
+            }),
+        }
+        .append()?;
+    }
+    let full = result.planned >= n;
+    match (elig.kind(), full, result.last) {
+        // The batch filled up: continue right after its last planned row.
+        (_, true, Some(last)) => state.lo = last,
+        // A sparse block range: move past it and widen the next one.
+        (Kind::Age, _, _) => {
+            state.lo = (hi_block, 0);
+            if result.planned < n / 2 {
+                state.span = (state.span * 2).min(MAX_SPAN);
+            }
+            if hi_block >= table_blocks(&rel)? {
+                state = state.stop("ok", "no eligible rows left");
+            }
+        }
+        // An entity group larger than what the run has left: stop at the cap.
+        (Kind::Entity, _, None)
+            if remaining < i64::from(policy.batch_size) && has_more(&elig, state.lo)? =>
+        {
+            state = state.stop_at_cap()
+        }
+        // Ranked kinds and entity look at the whole rest of the table each batch.
+        _ => state = state.stop("ok", "no eligible rows left"),
+    }
+    Ok(state)
+}
+
+/// Whether deletable rows remain after the watermark.
+fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM ({rows}) e WHERE e.__ctid > {lo})",
+        rows = elig.rows(Guards::ALL),
+        lo = tid(lo.0, lo.1),
+    );
+    Ok(Spi::get_one::<bool>(&sql)?.unwrap_or(false))
+}
+
+/// One batch of row-wise kinds: plan up to `n` eligible rows after the watermark in physical
+/// order and delete exactly those, in one statement.
+fn row_batch(elig: &Eligibility<'_>, lo: (u64, u64), hi_block: u64, n: i64) -> String {
+    format!(
+        "WITH planned AS MATERIALIZED (
+             SELECT e.__ctid FROM ({rows}) e
+              WHERE e.__ctid > {lo} AND e.__ctid < {hi}
+              ORDER BY e.__ctid LIMIT {n}),
+         deleted AS (
+             DELETE FROM ONLY {table} d WHERE d.ctid = ANY (ARRAY(SELECT __ctid FROM planned)) RETURNING 1)
+         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM planned), (SELECT max(__ctid)::text FROM planned)",
+        rows = elig.rows(Guards::ALL),
+        lo = tid(lo.0, lo.1),
+        hi = tid(hi_block, 0),
+        table = elig.table(),
+    )
+}
+
+/// One batch of an `entity` policy: whole expired groups in order of their first row, as many
+/// as fit in the batch (at least one) and never more than the run has left.
+fn entity_batch(elig: &Eligibility<'_>, lo: (u64, u64), n: i64, remaining: i64) -> String {
+    format!(
+        "WITH groups AS MATERIALIZED ({groups}),
+         picked AS MATERIALIZED (
+             SELECT * FROM (SELECT g.*, sum(g.__n) OVER (ORDER BY g.__first) AS __cum
+                              FROM groups g WHERE g.__first > {lo}) x
+              WHERE x.__cum - x.__n < {n} AND x.__cum <= {remaining}),
+         deleted AS (
+             DELETE FROM ONLY {table} t USING picked g WHERE {join} AND {scope} RETURNING 1)
+         SELECT (SELECT count(*) FROM deleted), (SELECT coalesce(sum(__n), 0)::bigint FROM picked),
+                (SELECT max(__first)::text FROM picked)",
+        groups = elig.entity_groups(Guards::ALL),
+        lo = tid(lo.0, lo.1),
+        table = elig.table(),
+        join = elig.entity_join(),
+        scope = elig.scope_sql(),
+    )
+}
+
+/// Records a batch that raised an error and ends the run.
+pub fn failed(state: SweepState, message: &str, sqlstate: &str) -> Result<SweepState> {
+    let policy = Policy::by_id(state.policy_id)?;
+    LedgerEntry {
+        method: "error",
+        policy: policy.as_ref(),
+        relation: None,
+        rows: 0,
+        hold_ids: vec![],
+        actor: &state.actor,
+        run_id: Some(&state.run_id),
+        detail: json!({ "error": message, "sqlstate": sqlstate, "policy": state.policy }),
+    }
+    .append()?;
+    let reason = format!("{sqlstate}: {message}");
+    Ok(state.stop("error", reason))
+}
+
+/// Closes a run: ledgers rows skipped because of holds, a cap warning, and the run summary.
+pub fn finish(state: SweepState) -> Result<SweepState> {
+    let Some(policy) = Policy::by_id(state.policy_id)? else {
+        return Ok(state);
+    };
+    if state.outcome == "skipped" {
+        return Ok(state);
+    }
+    let mut backlog = 0i64;
+    let mut hold_detail = serde_json::Value::Null;
+    if let Ok(rel) = RelationInfo::load(policy.relation, &policy.relation_name) {
+        let holds = active_holds(policy.relation)?;
+        if state.outcome != "error" {
+            let elig = Eligibility::new(&policy, &rel, &holds)?;
+            if !holds.is_empty() {
+                hold_detail = ledger_hold_skips(&elig, &policy, &state)?;
+            }
+            if state.outcome == "cap" {
+                backlog = Spi::get_one::<i64>(&format!(
+                    "SELECT count(*) FROM ({}) e",
+                    elig.rows(Guards::ALL)
+                ))?
+                .unwrap_or(0);
+                LedgerEntry {
+                    method: "cap_reached",
+                    policy: Some(&policy),
+                    relation: None,
+                    rows: backlog,
+                    hold_ids: vec![],
+                    actor: &state.actor,
+                    run_id: Some(&state.run_id),
+                    detail: json!({ "warning": state.reason, "cap": state.cap, "deleted": state.deleted }),
+                }
+                .append()?;
+                pgrx::warning!(
+                    "pg_retention: policy {} stopped at its cap of {} rows; {} eligible rows remain",
+                    policy.name,
+                    state.cap,
+                    backlog
+                );
+            }
+        }
+    }
+    LedgerEntry {
+        method: "run",
+        policy: Some(&policy),
+        relation: None,
+        rows: state.deleted,
+        hold_ids: vec![],
+        actor: &state.actor,
+        run_id: Some(&state.run_id),
+        detail: json!({
+            "outcome": state.outcome,
+            "reason": state.reason,
+            "batches": state.batches,
+            "deleted": state.deleted,
+            "backlog": backlog,
+            "held": hold_detail,
+        }),
+    }
+    .append()?;
+    Ok(state)
+}
+
+/// One `hold_skip` record per hold that kept eligible rows alive in this run.
+fn ledger_hold_skips(
+    elig: &Eligibility<'_>,
+    policy: &Policy,
+    state: &SweepState,
+) -> Result<serde_json::Value> {
+    let counts = crate::engine::preview::held_per_hold(elig)?;
+    let mut detail = serde_json::Map::new();
+    for (hold_id, rows) in counts.into_iter().filter(|(_, rows)| *rows > 0) {
+        detail.insert(hold_id.to_string(), json!(rows));
+        LedgerEntry {
+            method: "hold_skip",
+            policy: Some(policy),
+            relation: None,
+            rows,
+            hold_ids: vec![hold_id],
+            actor: &state.actor,
+            run_id: Some(&state.run_id),
+            detail: json!({ "hold": hold_id }),
+        }
+        .append()?;
+    }
+    Ok(serde_json::Value::Object(detail))
+}

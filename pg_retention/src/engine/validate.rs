@@ -1,0 +1,179 @@
+//! Validation of a policy definition before it is stored. Every refusal is a typed error and
+//! nothing is written until all checks pass.
+
+use crate::catalog::{caller_oid, Kind, PolicySpec, RelationInfo};
+use crate::error::{Result, RetentionError};
+use pgrx::prelude::*;
+
+/// Age columns must be one of these types.
+const AGE_TYPES: [&str; 3] = [
+    "timestamp with time zone",
+    "timestamp without time zone",
+    "date",
+];
+
+/// Checks a predicate against a table; raises RT101 when it is not a plain boolean row predicate.
+pub fn check_predicate(relation: u32, predicate: &str, what: &str) -> Result<()> {
+    Spi::run_with_args(
+        "SELECT retention._check_predicate($1::bigint::oid, $2, $3)",
+        &[i64::from(relation).into(), predicate.into(), what.into()],
+    )?;
+    Ok(())
+}
+
+fn require<T>(field: &Option<T>, name: &str, kind: &str) -> Result<()> {
+    if field.is_none() {
+        return Err(RetentionError::invalid(
+            format!("{kind} policies require {name}"),
+            format!("{name} was not given."),
+            format!("Pass {name} => ... (see docs/sql-reference.md for what each kind needs)."),
+        ));
+    }
+    Ok(())
+}
+
+/// Validates a full policy definition against its table.
+pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
+    let kind = spec.kind()?;
+    if spec.name.trim().is_empty() {
+        return Err(RetentionError::invalid(
+            "policy name must not be empty",
+            "name was empty.",
+            "Give the policy a name.",
+        ));
+    }
+    if spec.action != "delete" && spec.action != "archive_then_delete" {
+        return Err(RetentionError::invalid(
+            format!("unknown action \"{}\"", spec.action),
+            "action must be delete or archive_then_delete.",
+            "Use archive_then_delete for rows that must be archived before they go.",
+        ));
+    }
+    if spec.batch_size < 1 || spec.max_rows_per_run < 1 {
+        return Err(RetentionError::invalid(
+            "batch_size and max_rows_per_run must be at least 1",
+            format!(
+                "batch_size = {}, max_rows_per_run = {}.",
+                spec.batch_size, spec.max_rows_per_run
+            ),
+            "Every run is bounded; pick positive bounds.",
+        ));
+    }
+    let rel = RelationInfo::load(spec.relation, &format!("oid {}", spec.relation))?;
+    if rel.relkind != "r" {
+        return Err(RetentionError::invalid(
+            format!("{} is not a plain table", rel.qualified),
+            format!(
+                "relkind is '{}'; pg_retention governs ordinary tables.",
+                rel.relkind
+            ),
+            "Register a policy per partition, or on the table itself.",
+        ));
+    }
+    if rel.pk.is_empty() {
+        return Err(RetentionError::NoPrimaryKey {
+            relation: rel.qualified.clone(),
+        });
+    }
+    let may_delete = Spi::get_one_with_args::<bool>(
+        "SELECT has_table_privilege($1::bigint::oid, $2::bigint::oid, 'DELETE')",
+        &[i64::from(caller_oid()).into(), i64::from(rel.oid).into()],
+    )?
+    .unwrap_or(false);
+    if !may_delete {
+        return Err(RetentionError::Privilege {
+            message: format!("permission denied to govern {}", rel.qualified),
+            hint: "A policy can only be registered by a role that may DELETE from the table."
+                .into(),
+        });
+    }
+    let kind_name = spec.kind.as_str();
+    match kind {
+        Kind::Age | Kind::Entity => {
+            require(&spec.age_column, "age_column", kind_name)?;
+            require(&spec.older_than, "older_than", kind_name)?;
+            if kind == Kind::Entity {
+                require(&spec.group_by, "group_by", kind_name)?;
+            }
+        }
+        Kind::KeepLatest | Kind::Versions => {
+            require(&spec.group_by, "group_by", kind_name)?;
+            require(&spec.order_by, "order_by", kind_name)?;
+            require(&spec.keep, "keep", kind_name)?;
+            if spec.older_than.is_some() {
+                require(&spec.age_column, "age_column (with older_than)", kind_name)?;
+            }
+        }
+    }
+    if let Some(keep) = spec.keep {
+        if keep < 1 {
+            return Err(RetentionError::invalid(
+                format!("keep must be at least 1, got {keep}"),
+                "A policy that keeps nothing would delete whole groups by rank.",
+                "Use keep => 1 or more.",
+            ));
+        }
+    }
+    if let Some(min_keep) = spec.min_keep {
+        if min_keep < 0 || spec.keep.is_some_and(|k| min_keep > k) {
+            return Err(RetentionError::invalid(
+                format!("min_keep must be between 0 and keep, got {min_keep}"),
+                format!("keep = {:?}.", spec.keep),
+                "min_keep is a floor under keep.",
+            ));
+        }
+    }
+    if let Some(window) = &spec.older_than {
+        let positive = Spi::get_one_with_args::<bool>(
+            "SELECT $1::interval > interval '0'",
+            &[window.as_str().into()],
+        )?;
+        if positive != Some(true) {
+            return Err(RetentionError::invalid(
+                format!("older_than must be a positive interval, got {window}"),
+                "A zero or negative window would make every row eligible.",
+                "Use an interval such as '30 days'.",
+            ));
+        }
+    }
+    if let Some(age) = &spec.age_column {
+        let col = rel.column(age)?;
+        if !AGE_TYPES.contains(&col.type_name.as_str()) {
+            return Err(RetentionError::WrongType {
+                relation: rel.qualified.clone(),
+                column: age.clone(),
+                found: col.type_name.clone(),
+                expected: "timestamptz, timestamp or date".into(),
+            });
+        }
+    }
+    if let Some(groups) = &spec.group_by {
+        if groups.is_empty() {
+            return Err(RetentionError::invalid(
+                "group_by must name at least one column",
+                "group_by was an empty array.",
+                "Name the columns that identify a group, e.g. ARRAY['tenant_id','source_id'].",
+            ));
+        }
+        for g in groups {
+            rel.column(g)?;
+        }
+    }
+    if let Some(order) = &spec.order_by {
+        rel.column(order)?;
+    }
+    if let Some(scope) = &spec.scope {
+        check_predicate(rel.oid, scope, "scope")?;
+    }
+    if let Some(terminal) = &spec.terminal {
+        check_predicate(rel.oid, terminal, "terminal")?;
+    }
+    if spec.action == "archive_then_delete" && spec.terminal.is_none() {
+        return Err(RetentionError::invalid(
+            "archive_then_delete policies require a terminal predicate",
+            "Rows are archived only once they can no longer change; terminal says when that is.",
+            "Pass terminal => '<predicate of finished rows>'.",
+        ));
+    }
+    Ok(rel)
+}

@@ -1,0 +1,134 @@
+-- pg_retention catalog: policies (append-only versions), window links, holds, the ledger.
+-- Nothing here is granted to PUBLIC. The SQL functions that manage it are SECURITY DEFINER and
+-- executable only by retention_admin (or retention_archiver for the archive protocol).
+
+-- Roles are cluster-wide; they are created once and survive DROP EXTENSION.
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_admin') THEN
+        CREATE ROLE retention_admin NOLOGIN;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_archiver') THEN
+        CREATE ROLE retention_archiver NOLOGIN;
+    END IF;
+END
+$roles$;
+
+REVOKE ALL ON SCHEMA retention FROM PUBLIC;
+GRANT USAGE ON SCHEMA retention TO retention_admin, retention_archiver;
+
+-- A policy's identity. Its definition lives in policy_versions; the newest version is current.
+CREATE TABLE retention.policy_ids (
+    id          bigserial PRIMARY KEY,
+    name        text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    dropped_at  timestamptz
+);
+CREATE UNIQUE INDEX policy_ids_live_name ON retention.policy_ids (name) WHERE dropped_at IS NULL;
+
+-- Every change to a policy is a new row; rows are never updated or deleted.
+CREATE TABLE retention.policy_versions (
+    policy_id        bigint NOT NULL REFERENCES retention.policy_ids (id),
+    version          integer NOT NULL,
+    relation         oid NOT NULL,
+    relation_name    text NOT NULL,
+    kind             text NOT NULL CHECK (kind IN ('age', 'keep_latest', 'versions', 'entity')),
+    age_column       text,
+    older_than       interval,
+    scope            text,
+    terminal         text,
+    group_by         text[],
+    order_by         text,
+    keep             integer,
+    min_keep         integer,
+    action           text NOT NULL CHECK (action IN ('delete', 'archive_then_delete')),
+    batch_size       integer NOT NULL,
+    max_rows_per_run bigint NOT NULL,
+    enabled          boolean NOT NULL,
+    change           text NOT NULL CHECK (change IN ('add', 'alter', 'enable', 'disable', 'drop')),
+    changed_by       text NOT NULL,
+    changed_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (policy_id, version)
+);
+
+-- consumer.older_than >= producer.older_than + margin, enforced on every add/alter.
+CREATE TABLE retention.window_links (
+    producer_id bigint NOT NULL REFERENCES retention.policy_ids (id),
+    consumer_id bigint NOT NULL REFERENCES retention.policy_ids (id),
+    margin      interval NOT NULL,
+    created_by  text NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (producer_id, consumer_id),
+    CHECK (producer_id <> consumer_id)
+);
+
+-- Legal holds: placing appends a hold, lifting appends a lift. Neither is ever changed.
+CREATE TABLE retention.hold_records (
+    id            bigserial PRIMARY KEY,
+    relation      oid NOT NULL,
+    relation_name text NOT NULL,
+    predicate     text NOT NULL,
+    reason        text NOT NULL,
+    actor         text NOT NULL,
+    placed_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE retention.hold_lifts (
+    hold_id   bigint PRIMARY KEY REFERENCES retention.hold_records (id),
+    actor     text NOT NULL,
+    reason    text NOT NULL,
+    lifted_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- The append-only ledger of every destructive action and every reason one did not happen.
+CREATE TABLE retention.ledger_entries (
+    id             bigserial PRIMARY KEY,
+    at             timestamptz NOT NULL DEFAULT clock_timestamp(),
+    method         text NOT NULL,
+    policy         text,
+    policy_id      bigint,
+    policy_version integer,
+    relation       text,
+    rows           bigint NOT NULL DEFAULT 0,
+    hold_ids       bigint[] NOT NULL DEFAULT '{}',
+    archive_id     bigint,
+    actor          text NOT NULL,
+    run_id         uuid,
+    detail         jsonb NOT NULL DEFAULT '{}'
+);
+CREATE INDEX ledger_entries_policy ON retention.ledger_entries (policy_id, method, at);
+
+-- Append-only enforcement: refuses UPDATE, DELETE and TRUNCATE, for the owner too.
+CREATE FUNCTION retention._refuse_change() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+BEGIN
+    RAISE EXCEPTION 'retention.% is append-only', TG_TABLE_NAME
+        USING ERRCODE = 'RT401',
+              DETAIL = format('%s on %I.%I was refused.', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME),
+              HINT = 'Records of pg_retention are never changed or removed; append a new record instead (for holds: retention.lift_hold).';
+END
+$fn$;
+
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.ledger_entries
+    FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.ledger_entries
+    FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.hold_records
+    FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.hold_records
+    FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.hold_lifts
+    FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.hold_lifts
+    FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.policy_versions
+    FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.policy_versions
+    FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
+
+-- Catalog contents are user data: pg_dump keeps them.
+SELECT pg_catalog.pg_extension_config_dump('retention.policy_ids', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.policy_versions', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.window_links', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.hold_records', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.hold_lifts', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.ledger_entries', '');

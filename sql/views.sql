@@ -1,0 +1,62 @@
+-- Read-only views over the catalog. Granted to retention_admin only.
+
+CREATE VIEW retention.policies AS
+SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_column,
+       v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
+       v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at
+FROM retention.policy_ids p
+CROSS JOIN LATERAL (
+    SELECT * FROM retention.policy_versions pv
+    WHERE pv.policy_id = p.id ORDER BY pv.version DESC LIMIT 1
+) v
+WHERE p.dropped_at IS NULL;
+
+CREATE VIEW retention.policy_history AS
+SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v.age_column,
+       v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
+       v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at
+FROM retention.policy_ids p
+JOIN retention.policy_versions v ON v.policy_id = p.id;
+
+CREATE VIEW retention.holds AS
+SELECT h.id, h.relation_name AS relation, h.predicate, h.reason, h.actor, h.placed_at,
+       l.hold_id IS NULL AS active, l.lifted_at, l.actor AS lifted_by, l.reason AS lift_reason
+FROM retention.hold_records h
+LEFT JOIN retention.hold_lifts l ON l.hold_id = h.id;
+
+CREATE VIEW retention.ledger AS
+SELECT id, at, method, policy, policy_version, relation, rows, hold_ids, archive_id, actor,
+       run_id, detail
+FROM retention.ledger_entries;
+
+-- Per current policy, figures derived from the ledger so they always add up with it.
+CREATE VIEW retention.stats AS
+SELECT p.name AS policy,
+       coalesce(agg.rows_pruned_total, 0)::bigint AS rows_pruned_total,
+       coalesce(agg.batches_total, 0)::bigint AS batches_total,
+       agg.last_run_at,
+       agg.last_success_at,
+       CASE WHEN err.at IS NOT NULL AND (agg.last_success_at IS NULL OR err.at > agg.last_success_at)
+            THEN err.message END AS last_error,
+       coalesce(agg.skipped_locked, 0)::bigint AS skipped_locked,
+       lastrun.backlog
+FROM retention.policies p
+LEFT JOIN LATERAL (
+    SELECT sum(l.rows) FILTER (WHERE l.method = 'prune') AS rows_pruned_total,
+           count(*) FILTER (WHERE l.method = 'prune') AS batches_total,
+           max(l.at) FILTER (WHERE l.method = 'run') AS last_run_at,
+           max(l.at) FILTER (WHERE l.method = 'run' AND l.detail->>'outcome' = 'ok') AS last_success_at,
+           count(*) FILTER (WHERE l.method = 'skip_locked') AS skipped_locked
+    FROM retention.ledger_entries l WHERE l.policy_id = p.id
+) agg ON true
+LEFT JOIN LATERAL (
+    SELECT l.at, l.detail->>'error' AS message FROM retention.ledger_entries l
+    WHERE l.policy_id = p.id AND l.method = 'error' ORDER BY l.id DESC LIMIT 1
+) err ON true
+LEFT JOIN LATERAL (
+    SELECT (l.detail->>'backlog')::bigint AS backlog FROM retention.ledger_entries l
+    WHERE l.policy_id = p.id AND l.method = 'run' ORDER BY l.id DESC LIMIT 1
+) lastrun ON true;
+
+GRANT SELECT ON retention.policies, retention.policy_history, retention.holds, retention.ledger,
+    retention.stats TO retention_admin;
