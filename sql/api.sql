@@ -2,41 +2,40 @@
 -- plus the parts that are plain SQL: raising typed errors, run ordering, the run procedure,
 -- the replay boundary. Runs last in the extension script (finalize).
 
--- Raises an error with our SQLSTATE, message, detail and hint. Rust raises through this because
--- our own SQLSTATE class (RT) is not one pgrx's reporter knows.
-CREATE FUNCTION retention._raise(code text, message text, detail text, hint text) RETURNS void
+-- Unwraps a result from a Rust internal: returns its value, or raises its error with the
+-- SQLSTATE, message, detail and hint it carries. Errors are raised here, in plpgsql, because
+-- pgrx re-raises errors of our own SQLSTATE class (RT) as XX000 when they cross Rust code.
+CREATE FUNCTION retention._result(r jsonb) RETURNS jsonb
 LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
+DECLARE
+    e jsonb := r->'error';
+    code text := e->>'code';
+    msg text := e->>'message';
+    detail text := e->>'detail';
+    hint text := e->>'hint';
 BEGIN
-    IF detail IS NULL AND hint IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message;
+    IF e IS NULL THEN
+        RETURN r->'ok';
+    ELSIF detail IS NULL AND hint IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg;
     ELSIF detail IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, HINT = hint;
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, HINT = hint;
     ELSIF hint IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail;
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, DETAIL = detail;
     ELSE
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail, HINT = hint;
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, DETAIL = detail, HINT = hint;
     END IF;
 END
 $fn$;
 
--- Validates a predicate against a table; raises RT101 with the reason when it is unacceptable
--- (including parse and analysis errors, whose message becomes the detail).
-CREATE FUNCTION retention._check_predicate(rel oid, predicate text, what text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    problem text;
+-- Why a predicate is unacceptable for a table (NULL when it is fine). Parse and analysis
+-- errors are caught here, in a subtransaction, and returned as their message.
+CREATE FUNCTION retention._predicate_check(rel oid, predicate text) RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $fn$
 BEGIN
-    BEGIN
-        problem := retention._predicate_problem(rel, predicate);
-    EXCEPTION WHEN OTHERS THEN
-        problem := SQLERRM;
-    END;
-    IF problem IS NOT NULL THEN
-        RAISE EXCEPTION 'invalid % predicate for %: %', what, rel::regclass, problem
-            USING ERRCODE = 'RT101',
-                  DETAIL = format('Predicate: %s', predicate),
-                  HINT = 'A predicate must be one boolean expression over the table''s own (unqualified) columns, without subqueries, aggregates or volatile functions.';
-    END IF;
+    RETURN retention._predicate_problem(rel, predicate);
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLERRM;
 END
 $fn$;
 
@@ -56,12 +55,12 @@ CREATE FUNCTION retention.add_policy(
     batch_size int DEFAULT 5000,
     max_rows_per_run bigint DEFAULT 1000000
 ) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._define_policy('add', jsonb_build_object(
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+    SELECT retention._result(retention._define_policy('add', jsonb_build_object(
         'name', name, 'relation', relation::oid::bigint, 'kind', kind, 'age_column', age_column,
         'older_than', older_than::text, 'scope', scope, 'terminal', terminal, 'group_by', group_by,
         'order_by', order_by, 'keep', keep, 'min_keep', min_keep, 'action', action,
-        'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run));
+        'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run)))::bigint;
 $fn$;
 
 CREATE FUNCTION retention.alter_policy(
@@ -79,42 +78,42 @@ CREATE FUNCTION retention.alter_policy(
     batch_size int DEFAULT NULL,
     max_rows_per_run bigint DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._define_policy('alter', jsonb_build_object(
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+    SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
         'name', name, 'kind', kind, 'age_column', age_column, 'older_than', older_than::text,
         'scope', scope, 'terminal', terminal, 'group_by', group_by, 'order_by', order_by,
         'keep', keep, 'min_keep', min_keep, 'action', action, 'batch_size', batch_size,
-        'max_rows_per_run', max_rows_per_run));
+        'max_rows_per_run', max_rows_per_run)))::bigint;
 $fn$;
 
 CREATE FUNCTION retention.enable_policy(name text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
 AS $fn$ SELECT retention._set_policy_state(name, 'enable') $fn$;
 
 CREATE FUNCTION retention.disable_policy(name text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
 AS $fn$ SELECT retention._set_policy_state(name, 'disable') $fn$;
 
 CREATE FUNCTION retention.drop_policy(name text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
 AS $fn$ SELECT retention._set_policy_state(name, 'drop') $fn$;
 
 CREATE FUNCTION retention.link_windows(producer text, consumer text, margin interval) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._link_windows(producer, consumer, margin::text) $fn$;
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $fn$ SELECT retention._result(retention._link_windows(producer, consumer, margin::text)) $fn$;
 
 CREATE FUNCTION retention.place_hold(relation regclass, predicate text, reason text, actor text)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._place_hold(relation::oid, predicate, reason, actor) $fn$;
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $fn$ SELECT retention._result(retention._place_hold(relation::oid, predicate, reason, actor))::bigint $fn$;
 
 CREATE FUNCTION retention.lift_hold(hold_id bigint, actor text, reason text) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._lift_hold(hold_id, actor, reason) $fn$;
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $fn$ SELECT retention._result(retention._lift_hold(hold_id, actor, reason)) $fn$;
 
 -- The oldest instant still inside a policy's window: replays from before it may find rows gone.
 CREATE FUNCTION retention.replay_floor(policy text) RETURNS timestamptz
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
 DECLARE
     w interval;
 BEGIN
@@ -134,7 +133,7 @@ $fn$;
 
 -- Refuses a replay from before the boundary with RT301, naming the boundary.
 CREATE FUNCTION retention.check_replay(policy text, from_ts timestamptz) RETURNS timestamptz
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
 DECLARE
     floor_ts timestamptz := retention.replay_floor(check_replay.policy);
 BEGIN
@@ -152,7 +151,7 @@ $fn$;
 -- Policies in the order a run takes them: enabled delete-action policies, children before
 -- parents (a table that references another is swept first), then by name.
 CREATE FUNCTION retention._run_order(policy text) RETURNS TABLE (id bigint, name text)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
     WITH RECURSIVE pol AS (
         SELECT p.id, p.name, p.relation::oid AS rel FROM retention.policies p
          WHERE p.enabled AND p.action = 'delete' AND (_run_order.policy IS NULL OR p.name = _run_order.policy)
@@ -175,7 +174,7 @@ AS $fn$ SELECT (x'52544e00'::bigint << 32) | policy_id $fn$;
 
 -- One batch, with its error captured and ledgered instead of aborting the run.
 CREATE FUNCTION retention._sweep_batch_safe(state jsonb) RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $fn$
 DECLARE
     msg text;
     code text;
@@ -229,7 +228,7 @@ $fn$;
 
 -- Ledgers that a run skipped a policy because another pruner holds its lock.
 CREATE FUNCTION retention._ledger_skip_locked(policy_id bigint, actor text) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
     INSERT INTO retention.ledger_entries (method, policy, policy_id, policy_version, relation, rows, actor, detail)
     SELECT 'skip_locked', p.name, p.id, p.version, p.relation::text, 0, _ledger_skip_locked.actor,
            jsonb_build_object('reason', 'another pruner holds the policy lock')

@@ -1,7 +1,8 @@
 //! The extension's one error type, mapped to SQLSTATEs at the SQL boundary.
 //! Every code used here is listed in docs/sql-reference.md.
 
-use pgrx::prelude::*;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::{PgLogLevel, PgSqlErrorCode};
 
 /// Result with [`RetentionError`] as the default error.
 pub type Result<T, E = RetentionError> = std::result::Result<T, E>;
@@ -32,6 +33,14 @@ pub enum RetentionError {
     /// The table has no primary key (42P10).
     #[error("{relation} has no primary key")]
     NoPrimaryKey { relation: String },
+    /// A predicate is not a plain boolean row predicate (RT101).
+    #[error("invalid {what} predicate for {relation}: {reason}")]
+    InvalidPredicate {
+        what: String,
+        relation: String,
+        reason: String,
+        predicate: String,
+    },
     /// A change would break a window link (RT201).
     #[error("window link violated: {consumer} must keep rows at least {required} (producer {producer} keeps {producer_window} plus a margin of {margin})")]
     WindowLink {
@@ -94,6 +103,7 @@ impl RetentionError {
             RetentionError::UndefinedColumn { .. } => "42703",
             RetentionError::WrongType { .. } => "42804",
             RetentionError::NoPrimaryKey { .. } => "42P10",
+            RetentionError::InvalidPredicate { .. } => "RT101",
             RetentionError::WindowLink { .. } => "RT201",
             RetentionError::UnknownPolicy(_) | RetentionError::UnknownHold(_) => "42704",
             RetentionError::DuplicatePolicy(_) => "42710",
@@ -113,6 +123,7 @@ impl RetentionError {
             RetentionError::NoPrimaryKey { .. } => {
                 Some("Retention deletes enumerated keys, so every governed table needs a primary key.".into())
             }
+            RetentionError::InvalidPredicate { predicate, .. } => Some(format!("Predicate: {predicate}")),
             RetentionError::WindowLink { producer, consumer, required, .. } => Some(format!(
                 "Linked windows require {consumer}.older_than >= {producer}.older_than + margin = {required}."
             )),
@@ -130,6 +141,10 @@ impl RetentionError {
             }
             RetentionError::WrongType { .. } => Some("Use a column of a suitable type.".into()),
             RetentionError::NoPrimaryKey { .. } => Some("Add a primary key to the table.".into()),
+            RetentionError::InvalidPredicate { .. } => Some(
+                "A predicate must be one boolean expression over the table's own (unqualified) columns, without subqueries, aggregates or volatile functions."
+                    .into(),
+            ),
             RetentionError::WindowLink { .. } => {
                 Some("Raise the consumer's window or lower the producer's first.".into())
             }
@@ -142,21 +157,39 @@ impl RetentionError {
         }
     }
 
-    /// Raises this error as a Postgres ERROR with its SQLSTATE, detail and hint. Does not return.
-    ///
-    /// Raised through `retention._raise` (plpgsql `RAISE ... USING ERRCODE`) because our own
-    /// SQLSTATE class `RT` is not among the codes pgrx's error reporter accepts.
+    /// Raises this error as a Postgres ERROR with its SQLSTATE, detail and hint. Does not
+    /// return. Only for standard SQLSTATEs: errors of class RT go through [`outcome`].
     pub fn report(self) -> ! {
-        let args = [
-            self.sqlstate().into(),
-            self.to_string().into(),
-            self.detail().into(),
-            self.hint().into(),
-        ];
-        let raised = Spi::run_with_args("SELECT retention._raise($1, $2, $3, $4)", &args);
-        // _raise always raises; reaching here means SPI itself failed.
-        error!("pg_retention: {self} (and raising it failed: {raised:?})")
+        let code = self.sqlstate().as_bytes();
+        let six = |c: u8| (i32::from(c.wrapping_sub(b'0'))) & 0x3F;
+        let packed = (0..5).fold(0i32, |acc, i| acc | (six(code[i]) << (6 * i)));
+        let mut report = ErrorReport::new(
+            PgSqlErrorCode::from(packed),
+            self.to_string(),
+            "pg_retention",
+        );
+        if let Some(d) = self.detail() {
+            report = report.set_detail(d);
+        }
+        if let Some(h) = self.hint() {
+            report = report.set_hint(h);
+        }
+        report.report(PgLogLevel::ERROR);
+        unreachable!("an ERROR report does not return")
     }
+}
+
+/// Encodes a result for a SQL wrapper: `{"ok": value}` or `{"error": {code, message, detail,
+/// hint}}`. `retention._result` raises the error in plpgsql. Errors with our own SQLSTATEs
+/// (class RT) must be raised there: pgrx re-raises errors that cross a Rust frame with XX000
+/// when it does not know their code.
+pub fn outcome<T: serde::Serialize>(result: Result<T>) -> pgrx::JsonB {
+    let value = match result.and_then(|v| Ok(serde_json::to_value(v)?)) {
+        Ok(v) => serde_json::json!({ "ok": v }),
+        Err(e) => serde_json::json!({ "error": {
+            "code": e.sqlstate(), "message": e.to_string(), "detail": e.detail(), "hint": e.hint() } }),
+    };
+    pgrx::JsonB(value)
 }
 
 /// Turns a `Result` into its value or a Postgres ERROR.

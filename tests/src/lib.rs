@@ -8,3 +8,29 @@ pub mod seaweed;
 
 pub use cluster::Cluster;
 pub use seaweed::Seaweed;
+
+/// The SQLSTATE of a failed statement ("" when the error did not come from the server).
+pub fn sqlstate(err: &postgres::Error) -> String {
+    err.code().map(|c| c.code().to_owned()).unwrap_or_default()
+}
+
+/// Runs `sql` expecting it to fail and returns the SQLSTATE and message.
+pub fn expect_error(db: &mut postgres::Client, sql: &str) -> (String, String) {
+    match db.batch_execute(sql) {
+        Ok(()) => panic!("expected an error from: {sql}"),
+        Err(e) => {
+            let msg = e
+                .as_db_error()
+                .map(|d| d.message().to_owned())
+                .unwrap_or_else(|| e.to_string());
+            (sqlstate(&e), msg)
+        }
+    }
+}
+
+/// One bigint from a query.
+pub fn scalar(db: &mut postgres::Client, sql: &str) -> i64 {
+    db.query_one(sql, &[])
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .get(0)
+}

@@ -2,7 +2,7 @@
 
 use crate::catalog::{caller, LedgerEntry, RelationInfo};
 use crate::engine::validate::check_predicate;
-use crate::error::{OrReport, Result, RetentionError};
+use crate::error::{outcome, OrReport, Result, RetentionError};
 use pgrx::prelude::*;
 use serde_json::json;
 
@@ -21,7 +21,7 @@ fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i6
     non_empty(reason, "reason")?;
     non_empty(actor, "actor")?;
     let rel = RelationInfo::load(relation, &format!("oid {relation}"))?;
-    check_predicate(relation, predicate, "hold")?;
+    check_predicate(&rel, predicate, "hold")?;
     let id = Spi::get_one_with_args::<i64>(
         "INSERT INTO retention.hold_records (relation, relation_name, predicate, reason, actor)
          VALUES ($1::bigint::oid, $2, $3, $4, $5) RETURNING id",
@@ -50,9 +50,9 @@ fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i6
 
 /// Places a hold on the rows of `relation` matching `predicate`; returns the hold id.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
-fn _place_hold(relation: pg_sys::Oid, predicate: &str, reason: &str, actor: &str) -> i64 {
-    place(relation.to_u32(), predicate, reason, actor).or_report()
+#[search_path(pg_catalog, public, pg_temp)]
+fn _place_hold(relation: pg_sys::Oid, predicate: &str, reason: &str, actor: &str) -> pgrx::JsonB {
+    outcome(place(relation.to_u32(), predicate, reason, actor))
 }
 
 fn lift(hold_id: i64, actor: &str, reason: &str) -> Result<()> {
@@ -92,14 +92,14 @@ fn lift(hold_id: i64, actor: &str, reason: &str) -> Result<()> {
 
 /// Lifts a hold (appends a lift record).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
-fn _lift_hold(hold_id: i64, actor: &str, reason: &str) {
-    lift(hold_id, actor, reason).or_report()
+#[search_path(pg_catalog, public, pg_temp)]
+fn _lift_hold(hold_id: i64, actor: &str, reason: &str) -> pgrx::JsonB {
+    outcome(lift(hold_id, actor, reason))
 }
 
-/// Why a predicate is not acceptable for a table, or NULL. Used by `retention._check_predicate`.
+/// Why a predicate is not acceptable for a table, or NULL. Used by `retention._predicate_check`.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
+#[search_path(pg_catalog, public, pg_temp)]
 fn _predicate_problem(relation: pg_sys::Oid, predicate: &str) -> Option<String> {
     let rel =
         RelationInfo::load(relation.to_u32(), &format!("oid {}", relation.to_u32())).or_report();

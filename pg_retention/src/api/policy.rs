@@ -2,7 +2,7 @@
 
 use crate::catalog::{caller, query_json, Policy, PolicySpec};
 use crate::engine::validate::validate;
-use crate::error::{OrReport, Result, RetentionError};
+use crate::error::{outcome, OrReport, Result, RetentionError};
 use pgrx::prelude::*;
 use serde_json::Value;
 
@@ -168,9 +168,9 @@ fn define(change: &str, spec: Value) -> Result<i64> {
 
 /// Adds (`change = 'add'`) or alters (`'alter'`) a policy from a JSON definition; returns its id.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
-fn _define_policy(change: &str, spec: pgrx::JsonB) -> i64 {
-    define(change, spec.0).or_report()
+#[search_path(pg_catalog, public, pg_temp)]
+fn _define_policy(change: &str, spec: pgrx::JsonB) -> pgrx::JsonB {
+    outcome(define(change, spec.0))
 }
 
 fn set_state(name: &str, change: &str) -> Result<i64> {
@@ -189,7 +189,7 @@ fn set_state(name: &str, change: &str) -> Result<i64> {
 
 /// Enables, disables or drops a policy (each a new version); returns its id.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
+#[search_path(pg_catalog, public, pg_temp)]
 fn _set_policy_state(name: &str, change: &str) -> i64 {
     set_state(name, change).or_report()
 }
@@ -231,7 +231,7 @@ fn link(producer: &str, consumer: &str, margin: &str) -> Result<()> {
 
 /// Links two policies' windows: from now on `consumer.older_than >= producer.older_than + margin`.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
-fn _link_windows(producer: &str, consumer: &str, margin: &str) {
-    link(producer, consumer, margin).or_report()
+#[search_path(pg_catalog, public, pg_temp)]
+fn _link_windows(producer: &str, consumer: &str, margin: &str) -> pgrx::JsonB {
+    outcome(link(producer, consumer, margin))
 }

@@ -35,7 +35,7 @@ fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
 
 /// What the next run would do, per policy (all current policies when `policy` is NULL).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
+#[search_path(pg_catalog, public, pg_temp)]
 fn preview(
     policy: default!(Option<&str>, "NULL"),
 ) -> TableIterator<

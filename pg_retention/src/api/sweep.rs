@@ -15,7 +15,7 @@ fn encode(state: SweepState) -> Result<pgrx::JsonB> {
 
 /// Starts a run of one policy.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
+#[search_path(pg_catalog, public, pg_temp)]
 fn _sweep_start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> pgrx::JsonB {
     sweep::start(policy_id, actor, cycle_remaining)
         .and_then(encode)
@@ -24,7 +24,7 @@ fn _sweep_start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> pg
 
 /// Runs one batch; the caller commits afterwards.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
+#[search_path(pg_catalog, public, pg_temp)]
 fn _sweep_batch(state: pgrx::JsonB) -> pgrx::JsonB {
     decode(state)
         .and_then(sweep::batch)
@@ -34,7 +34,7 @@ fn _sweep_batch(state: pgrx::JsonB) -> pgrx::JsonB {
 
 /// Records that a batch raised an error and ends the run.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
+#[search_path(pg_catalog, public, pg_temp)]
 fn _sweep_failed(state: pgrx::JsonB, message: &str, sqlstate: &str) -> pgrx::JsonB {
     decode(state)
         .and_then(|s| sweep::failed(s, message, sqlstate))
@@ -44,7 +44,7 @@ fn _sweep_failed(state: pgrx::JsonB, message: &str, sqlstate: &str) -> pgrx::Jso
 
 /// Closes a run: hold skips, cap warning, run summary.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
+#[search_path(pg_catalog, public, pg_temp)]
 fn _sweep_finish(state: pgrx::JsonB) -> pgrx::JsonB {
     decode(state)
         .and_then(sweep::finish)

@@ -101,7 +101,11 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
             "archive_then_delete policies are pruned only by the archive protocol",
         ));
     }
-    let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    let rel = match RelationInfo::load(policy.relation, &policy.relation_name) {
+        Ok(rel) => rel,
+        // A policy whose table is gone is an error of that policy, not of the whole run.
+        Err(e) => return failed(state, &e.to_string(), e.sqlstate()),
+    };
     state.cap = policy
         .max_rows_per_run
         .min(cycle_remaining.unwrap_or(i64::MAX))
@@ -135,22 +139,50 @@ struct BatchResult {
     deleted: i64,
     planned: i64,
     last: Option<(u64, u64)>,
+    /// The statement saw a hold placed after the batch read the holds, and deleted nothing.
+    new_hold: bool,
+}
+
+/// How many hold records the batch knew of when it read the holds of its table.
+struct HoldFence {
+    relation: u32,
+    seen: i64,
+}
+
+impl HoldFence {
+    /// True, in the statement's own snapshot, when a hold was placed after the batch read them.
+    fn tripped(&self) -> String {
+        format!(
+            "((SELECT count(*) FROM retention.hold_records h WHERE h.relation = {}::oid) > {})",
+            self.relation, self.seen
+        )
+    }
+}
+
+fn hold_records_count(relation: u32) -> Result<i64> {
+    Ok(Spi::get_one_with_args::<i64>(
+        "SELECT count(*) FROM retention.hold_records WHERE relation = $1::bigint::oid",
+        &[i64::from(relation).into()],
+    )?
+    .unwrap_or(0))
 }
 
 fn run_batch_sql(sql: &str) -> Result<BatchResult> {
-    let (deleted, planned, last) = Spi::connect_mut(|client| {
+    let (deleted, planned, last, new_hold) = Spi::connect_mut(|client| {
         let row = client.update(sql, Some(1), &[])?;
         let row = row.first();
         Ok::<_, pgrx::spi::SpiError>((
             row.get::<i64>(1)?,
             row.get::<i64>(2)?,
             row.get::<String>(3)?,
+            row.get::<bool>(4)?,
         ))
     })?;
     Ok(BatchResult {
         deleted: deleted.unwrap_or(0),
         planned: planned.unwrap_or(0),
         last: last.as_deref().and_then(parse_tid),
+        new_hold: new_hold.unwrap_or(false),
     })
 }
 
@@ -176,8 +208,15 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
     }
     let remaining = state.cap - state.deleted;
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    // Count hold records before reading the active ones: the batch statement refuses to delete
+    // when its own snapshot sees more, so a hold committed after we read them still wins.
+    let seen = hold_records_count(policy.relation)?;
     let holds = active_holds(policy.relation)?;
     let elig = Eligibility::new(&policy, &rel, &holds)?;
+    let fence = HoldFence {
+        relation: policy.relation,
+        seen,
+    };
     if remaining <= 0 {
         return Ok(if has_more(&elig, state.lo)? {
             state.stop_at_cap()
@@ -189,17 +228,24 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
     let (hi_block, result) = match elig.kind() {
         Kind::Entity => (
             END_BLOCK,
-            run_batch_sql(&entity_batch(&elig, state.lo, n, remaining))?,
+            run_batch_sql(&entity_batch(&elig, &fence, state.lo, n, remaining))?,
         ),
         Kind::Age => {
             let hi = state.lo.0.saturating_add(state.span).min(END_BLOCK);
-            (hi, run_batch_sql(&row_batch(&elig, state.lo, hi, n))?)
+            (
+                hi,
+                run_batch_sql(&row_batch(&elig, &fence, state.lo, hi, n))?,
+            )
         }
         Kind::KeepLatest | Kind::Versions => (
             END_BLOCK,
-            run_batch_sql(&row_batch(&elig, state.lo, END_BLOCK, n))?,
+            run_batch_sql(&row_batch(&elig, &fence, state.lo, END_BLOCK, n))?,
         ),
     };
+    if result.new_hold {
+        // Deleted nothing; the next batch reads the new hold and plans again from here.
+        return Ok(state);
+    }
     if result.deleted > 0 {
         state.deleted += result.deleted;
         state.batches += 1;
@@ -258,15 +304,24 @@ fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
 
 /// One batch of row-wise kinds: plan up to `n` eligible rows after the watermark in physical
 /// order and delete exactly those, in one statement.
-fn row_batch(elig: &Eligibility<'_>, lo: (u64, u64), hi_block: u64, n: i64) -> String {
+fn row_batch(
+    elig: &Eligibility<'_>,
+    fence: &HoldFence,
+    lo: (u64, u64),
+    hi_block: u64,
+    n: i64,
+) -> String {
     format!(
         "WITH planned AS MATERIALIZED (
              SELECT e.__ctid FROM ({rows}) e
               WHERE e.__ctid > {lo} AND e.__ctid < {hi}
               ORDER BY e.__ctid LIMIT {n}),
          deleted AS (
-             DELETE FROM ONLY {table} d WHERE d.ctid = ANY (ARRAY(SELECT __ctid FROM planned)) RETURNING 1)
-         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM planned), (SELECT max(__ctid)::text FROM planned)",
+             DELETE FROM ONLY {table} d
+              WHERE d.ctid = ANY (ARRAY(SELECT __ctid FROM planned)) AND NOT {fence} RETURNING 1)
+         SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM planned),
+                (SELECT max(__ctid)::text FROM planned), {fence}",
+        fence = fence.tripped(),
         rows = elig.rows(Guards::ALL),
         lo = tid(lo.0, lo.1),
         hi = tid(hi_block, 0),
@@ -276,7 +331,13 @@ fn row_batch(elig: &Eligibility<'_>, lo: (u64, u64), hi_block: u64, n: i64) -> S
 
 /// One batch of an `entity` policy: whole expired groups in order of their first row, as many
 /// as fit in the batch (at least one) and never more than the run has left.
-fn entity_batch(elig: &Eligibility<'_>, lo: (u64, u64), n: i64, remaining: i64) -> String {
+fn entity_batch(
+    elig: &Eligibility<'_>,
+    fence: &HoldFence,
+    lo: (u64, u64),
+    n: i64,
+    remaining: i64,
+) -> String {
     format!(
         "WITH groups AS MATERIALIZED ({groups}),
          picked AS MATERIALIZED (
@@ -284,9 +345,10 @@ fn entity_batch(elig: &Eligibility<'_>, lo: (u64, u64), n: i64, remaining: i64) 
                               FROM groups g WHERE g.__first > {lo}) x
               WHERE x.__cum - x.__n < {n} AND x.__cum <= {remaining}),
          deleted AS (
-             DELETE FROM ONLY {table} t USING picked g WHERE {join} AND {scope} RETURNING 1)
+             DELETE FROM ONLY {table} t USING picked g WHERE {join} AND {scope} AND NOT {fence} RETURNING 1)
          SELECT (SELECT count(*) FROM deleted), (SELECT coalesce(sum(__n), 0)::bigint FROM picked),
-                (SELECT max(__first)::text FROM picked)",
+                (SELECT max(__first)::text FROM picked), {fence}",
+        fence = fence.tripped(),
         groups = elig.entity_groups(Guards::ALL),
         lo = tid(lo.0, lo.1),
         table = elig.table(),

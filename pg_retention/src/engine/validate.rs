@@ -12,13 +12,23 @@ const AGE_TYPES: [&str; 3] = [
     "date",
 ];
 
-/// Checks a predicate against a table; raises RT101 when it is not a plain boolean row predicate.
-pub fn check_predicate(relation: u32, predicate: &str, what: &str) -> Result<()> {
-    Spi::run_with_args(
-        "SELECT retention._check_predicate($1::bigint::oid, $2, $3)",
-        &[i64::from(relation).into(), predicate.into(), what.into()],
+/// Checks a predicate against a table; refuses (RT101) what is not a plain boolean row predicate.
+pub fn check_predicate(rel: &RelationInfo, predicate: &str, what: &str) -> Result<()> {
+    // Through plpgsql so that a parse or analysis error is caught in a subtransaction and
+    // comes back as text.
+    let problem = Spi::get_one_with_args::<String>(
+        "SELECT retention._predicate_check($1::bigint::oid, $2)",
+        &[i64::from(rel.oid).into(), predicate.into()],
     )?;
-    Ok(())
+    match problem {
+        None => Ok(()),
+        Some(reason) => Err(RetentionError::InvalidPredicate {
+            what: what.into(),
+            relation: rel.qualified.clone(),
+            reason,
+            predicate: predicate.into(),
+        }),
+    }
 }
 
 fn require<T>(field: &Option<T>, name: &str, kind: &str) -> Result<()> {
@@ -163,10 +173,10 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         rel.column(order)?;
     }
     if let Some(scope) = &spec.scope {
-        check_predicate(rel.oid, scope, "scope")?;
+        check_predicate(&rel, scope, "scope")?;
     }
     if let Some(terminal) = &spec.terminal {
-        check_predicate(rel.oid, terminal, "terminal")?;
+        check_predicate(&rel, terminal, "terminal")?;
     }
     if spec.action == "archive_then_delete" && spec.terminal.is_none() {
         return Err(RetentionError::invalid(

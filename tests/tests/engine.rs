@@ -1,0 +1,753 @@
+//! The policy engine against a real cluster: every kind, guards, holds, caps, preview accuracy,
+//! refusals. Runs commit per batch, so these live here rather than in #[pg_test]s.
+
+use pg_retention_integration::{expect_error, scalar, Cluster};
+use postgres::Client;
+
+/// An outbox-like table: `n` rows, row i created i hours ago, every 10th row 'pending'.
+fn outbox(db: &mut Client, n: i64) {
+    db.batch_execute(&format!(
+        "CREATE TABLE outbox (id bigserial PRIMARY KEY, tenant int NOT NULL, status text NOT NULL,
+                              created_at timestamptz NOT NULL, payload jsonb);
+         INSERT INTO outbox (tenant, status, created_at, payload)
+         SELECT g % 3, CASE WHEN g % 10 = 0 THEN 'pending' ELSE 'sent' END,
+                now() - make_interval(hours => g), jsonb_build_object('n', g)
+           FROM generate_series(1, {n}) g;"
+    ))
+    .unwrap();
+}
+
+fn age_policy(db: &mut Client, extra: &str) {
+    db.batch_execute(&format!(
+        "SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age',
+                age_column => 'created_at', older_than => '30 days', batch_size => 100 {extra})"
+    ))
+    .unwrap();
+}
+
+fn count(db: &mut Client, sql: &str) -> i64 {
+    scalar(db, sql)
+}
+
+#[test]
+fn age_expiry_boundary_just_under_and_just_over_the_window() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO t VALUES (1, now() - interval '30 days' + interval '1 minute'),
+                              (2, now() - interval '30 days' - interval '1 minute'),
+                              (3, now());
+         SELECT retention.add_policy(name => 't', relation => 't', kind => 'age',
+                age_column => 'created_at', older_than => '30 days');",
+    )
+    .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    let left: Vec<i32> = db
+        .query("SELECT id FROM t ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, vec![1, 3], "only the row just over the window goes");
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'prune'"
+        ),
+        1
+    );
+}
+
+#[test]
+fn age_sweep_deletes_exactly_eligible_terminal_rows_in_batches() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, 3000);
+    age_policy(&mut db, ", terminal => $$status = 'sent'$$");
+    let expected = count(&mut db, "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days' AND status = 'sent'");
+    let before = count(&mut db, "SELECT count(*) FROM outbox");
+    db.batch_execute("CALL retention.run('outbox')").unwrap();
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM outbox"),
+        before - expected
+    );
+    assert_eq!(count(&mut db, "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days' AND status = 'sent'"), 0);
+    assert!(count(&mut db, "SELECT count(*) FROM outbox WHERE status = 'pending' AND created_at < now() - interval '30 days'") > 0);
+    // Ledger adds up, batches are bounded, the run summary agrees.
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'prune'"
+        ),
+        expected
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT max(rows) FROM retention.ledger WHERE method = 'prune'"
+        ),
+        100
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT rows FROM retention.ledger WHERE method = 'run'"
+        ),
+        expected
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT rows_pruned_total FROM retention.stats WHERE policy = 'outbox'"
+        ),
+        expected
+    );
+}
+
+#[test]
+fn keep_latest_never_deletes_a_non_terminal_row_and_never_crosses_groups() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE runs (id int PRIMARY KEY, source int NOT NULL, state text NOT NULL, started_at timestamptz NOT NULL);
+         -- source 1: 10 runs, the 3 oldest still running; source 2: only 2 runs.
+         INSERT INTO runs SELECT g, 1, CASE WHEN g <= 3 THEN 'running' ELSE 'done' END, now() - make_interval(days => 100 - g)
+           FROM generate_series(1, 10) g;
+         INSERT INTO runs VALUES (11, 2, 'done', now() - interval '900 days'), (12, 2, 'done', now() - interval '800 days');
+         SELECT retention.add_policy(name => 'runs', relation => 'runs', kind => 'keep_latest',
+                group_by => ARRAY['source'], order_by => 'started_at', keep => 4, terminal => $$state = 'done'$$);",
+    )
+    .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    let left: Vec<i32> = db
+        .query("SELECT id FROM runs ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // Newest 4 of source 1 are 7..10; 4..6 are terminal and ranked past 4; 1..3 are running.
+    assert_eq!(left, vec![1, 2, 3, 7, 8, 9, 10, 11, 12]);
+}
+
+#[test]
+fn versions_honours_min_keep_and_max_versions_and_is_deterministic_on_ties() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE v (tenant int, artifact text, seq int, recorded_at timestamptz NOT NULL, PRIMARY KEY (tenant, artifact, seq));
+         -- tenant 1/a: 6 versions, all old; tenant 2/a: 3 versions, all old, two share recorded_at.
+         INSERT INTO v SELECT 1, 'a', g, now() - make_interval(days => 100 - g) FROM generate_series(1, 6) g;
+         INSERT INTO v VALUES (2, 'a', 1, now() - interval '50 days'), (2, 'a', 2, now() - interval '40 days'),
+                              (2, 'a', 3, now() - interval '40 days');
+         SELECT retention.add_policy(name => 'v', relation => 'v', kind => 'versions', group_by => ARRAY['tenant', 'artifact'],
+                order_by => 'recorded_at', keep => 4, min_keep => 2, age_column => 'recorded_at', older_than => '10 days');",
+    )
+    .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    let left: Vec<(i32, i32)> = db
+        .query("SELECT tenant, seq FROM v ORDER BY 1, 2", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    // Everything is past the window, so each key keeps exactly min_keep = 2 versions; on the
+    // recorded_at tie the primary key decides (higher seq is newer).
+    assert_eq!(left, vec![(1, 5), (1, 6), (2, 2), (2, 3)]);
+}
+
+#[test]
+fn versions_without_window_keeps_at_most_keep() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE v (id int PRIMARY KEY, k int NOT NULL, at timestamptz NOT NULL);
+         INSERT INTO v SELECT g, g % 2, now() - make_interval(mins => g) FROM generate_series(1, 20) g;
+         SELECT retention.add_policy(name => 'v', relation => 'v', kind => 'versions', group_by => ARRAY['k'],
+                order_by => 'at', keep => 3);",
+    )
+    .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM v"), 6);
+    assert_eq!(
+        count(&mut db, "SELECT max(id)::bigint FROM v"),
+        6,
+        "the newest (smallest age) versions stay"
+    );
+}
+
+#[test]
+fn entity_never_deletes_part_of_a_group() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE doc (id int PRIMARY KEY, entity int NOT NULL, at timestamptz NOT NULL);
+         -- entity 1: all old; entity 2: old but one recent row; entity 3: all old, one row held.
+         INSERT INTO doc SELECT g, 1, now() - interval '100 days' FROM generate_series(1, 5) g;
+         INSERT INTO doc SELECT g, 2, now() - interval '100 days' FROM generate_series(6, 9) g;
+         INSERT INTO doc VALUES (10, 2, now());
+         INSERT INTO doc SELECT g, 3, now() - interval '100 days' FROM generate_series(11, 14) g;
+         SELECT retention.add_policy(name => 'doc', relation => 'doc', kind => 'entity', group_by => ARRAY['entity'],
+                age_column => 'at', older_than => '30 days', batch_size => 2);
+         SELECT retention.place_hold('doc', 'id = 12', 'audit', 'tester');",
+    )
+    .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM doc WHERE entity = 1"),
+        0
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM doc WHERE entity = 2"),
+        5
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM doc WHERE entity = 3"),
+        4
+    );
+    // The group larger than batch_size went in one batch, whole.
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'prune'"
+        ),
+        1
+    );
+}
+
+#[test]
+fn scope_limits_a_policy_to_one_tenant() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, 2000);
+    age_policy(&mut db, ", scope => 'tenant = 2'");
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM outbox WHERE tenant = 2 AND created_at < now() - interval '30 days'"), 0);
+    assert!(count(&mut db, "SELECT count(*) FROM outbox WHERE tenant <> 2 AND created_at < now() - interval '30 days'") > 0);
+}
+
+#[test]
+fn hold_blocks_and_lift_releases_on_the_next_run() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, 2000);
+    age_policy(&mut db, "");
+    let hold = scalar(
+        &mut db,
+        "SELECT retention.place_hold('outbox', 'tenant = 1', 'litigation 42', 'legal@example')",
+    );
+    let held = count(
+        &mut db,
+        "SELECT count(*) FROM outbox WHERE tenant = 1 AND created_at < now() - interval '30 days'",
+    );
+    let preview = db
+        .query_one(
+            "SELECT held, hold_ids FROM retention.preview('outbox')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(preview.get::<_, i64>(0), held);
+    assert_eq!(preview.get::<_, Vec<i64>>(1), vec![hold]);
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM outbox WHERE tenant = 1 AND created_at < now() - interval '30 days'"), held);
+    assert_eq!(count(&mut db, &format!("SELECT rows FROM retention.ledger WHERE method = 'hold_skip' AND hold_ids = ARRAY[{hold}::bigint]")), held);
+    db.batch_execute(&format!(
+        "SELECT retention.lift_hold({hold}, 'legal@example', 'case closed')"
+    ))
+    .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days'"
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM retention.holds WHERE NOT active"
+        ),
+        1
+    );
+    let (code, _) = expect_error(
+        &mut db,
+        &format!("SELECT retention.lift_hold({hold}, 'x', 'again')"),
+    );
+    assert_eq!(code, "55000");
+}
+
+#[test]
+fn hold_placed_mid_run_wins_for_every_later_batch() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE q (id int PRIMARY KEY, tenant int NOT NULL, created_at timestamptz NOT NULL);
+         INSERT INTO q SELECT g, g % 2, now() - interval '90 days' FROM generate_series(1, 1000) g;
+         CREATE TABLE del_log (id int, tenant int, xid xid8, at timestamptz);
+         CREATE FUNCTION log_del() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN INSERT INTO del_log VALUES (OLD.id, OLD.tenant, pg_current_xact_id(), clock_timestamp()); PERFORM pg_sleep(0.003); RETURN OLD; END $$;
+         CREATE TRIGGER log_del AFTER DELETE ON q FOR EACH ROW EXECUTE FUNCTION log_del();
+         SELECT retention.add_policy(name => 'q', relation => 'q', kind => 'age', age_column => 'created_at',
+                older_than => '30 days', batch_size => 50);",
+    )
+    .unwrap();
+    let url = c.url("postgres");
+    let runner = std::thread::spawn(move || {
+        let mut db = Client::connect(&url, postgres::NoTls).unwrap();
+        db.batch_execute("CALL retention.run()").unwrap();
+    });
+    // Wait until the run is under way, then place the hold from another session.
+    assert!(c.wait_until(std::time::Duration::from_secs(30), || count(
+        &mut db,
+        "SELECT count(*) FROM del_log"
+    ) > 100));
+    let mut tx = db.transaction().unwrap();
+    tx.execute(
+        "SELECT retention.place_hold('q', 'tenant = 1', 'late hold', 'tester')",
+        &[],
+    )
+    .unwrap();
+    tx.commit().unwrap();
+    let committed: String = db
+        .query_one("SELECT clock_timestamp()::text", &[])
+        .unwrap()
+        .get(0);
+    runner.join().unwrap();
+    assert!(
+        count(&mut db, "SELECT count(*) FROM q WHERE tenant = 1") > 0,
+        "held rows survive"
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM q WHERE tenant = 0"),
+        0,
+        "unheld rows all go"
+    );
+    let after = format!("'{committed}'::timestamptz + interval '100 ms'");
+    assert!(
+        count(
+            &mut db,
+            &format!("SELECT count(*) FROM del_log WHERE at > {after}")
+        ) > 0,
+        "the run went on after the hold"
+    );
+    // Every batch (one transaction) that began deleting after the hold had committed must have
+    // left held rows alone. 100 ms covers the planning between a batch's snapshot and its first
+    // deletion; each batch then takes ~150 ms (50 rows x 3 ms).
+    let violating = count(
+        &mut db,
+        &format!(
+            "SELECT count(*) FROM del_log WHERE tenant = 1 AND xid IN (
+                 SELECT xid FROM del_log GROUP BY xid HAVING min(at) > {after})"
+        ),
+    );
+    assert_eq!(
+        violating, 0,
+        "no batch that started after the hold deleted a held row"
+    );
+}
+
+#[test]
+fn referenced_parent_rows_survive_and_children_run_first() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE parent (id int PRIMARY KEY, at timestamptz NOT NULL);
+         CREATE TABLE child (id int PRIMARY KEY, parent_id int REFERENCES parent, at timestamptz NOT NULL);
+         INSERT INTO parent SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
+         -- children of parents 1..5 are old (will go), children of 6..7 are young (stay).
+         INSERT INTO child SELECT g, g, now() - interval '90 days' FROM generate_series(1, 5) g;
+         INSERT INTO child SELECT g, g, now() FROM generate_series(6, 7) g;
+         -- registered parent first, so only the FK ordering can put the child first
+         SELECT retention.add_policy(name => 'a_parent', relation => 'parent', kind => 'age', age_column => 'at', older_than => '30 days');
+         SELECT retention.add_policy(name => 'b_child', relation => 'child', kind => 'age', age_column => 'at', older_than => '30 days');",
+    )
+    .unwrap();
+    let order: Vec<String> = db
+        .query("SELECT name FROM retention._run_order(NULL)", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(order, vec!["b_child", "a_parent"]);
+    db.batch_execute("CALL retention.run()").unwrap();
+    let parents: Vec<i32> = db
+        .query("SELECT id FROM parent ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        parents,
+        vec![6, 7],
+        "parents of surviving children stay; the rest go in the same run"
+    );
+}
+
+#[test]
+fn run_cap_stops_and_ledgers_a_warning() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, 2000);
+    age_policy(&mut db, ", max_rows_per_run => 250");
+    let eligible = count(
+        &mut db,
+        "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days'",
+    );
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'prune'"
+        ),
+        250
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT rows FROM retention.ledger WHERE method = 'cap_reached'"
+        ),
+        eligible - 250
+    );
+    assert_eq!(
+        count(&mut db, "SELECT backlog FROM retention.stats"),
+        eligible - 250
+    );
+}
+
+#[test]
+fn preview_equals_the_next_run_for_every_kind() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, 3000);
+    db.batch_execute(
+        "CREATE TABLE child (id int PRIMARY KEY, outbox_id bigint REFERENCES outbox);
+         INSERT INTO child SELECT g, g * 7 FROM generate_series(100, 200) g;
+         SELECT retention.add_policy(name => 'age', relation => 'outbox', kind => 'age', age_column => 'created_at',
+                older_than => '30 days', terminal => $$status = 'sent'$$, batch_size => 333, max_rows_per_run => 1500);
+         SELECT retention.place_hold('outbox', 'id % 11 = 0', 'sample', 'tester');
+         CREATE TABLE runs (id int PRIMARY KEY, src int NOT NULL, at timestamptz NOT NULL);
+         INSERT INTO runs SELECT g, g % 7, now() - make_interval(mins => g) FROM generate_series(1, 700) g;
+         SELECT retention.add_policy(name => 'kl', relation => 'runs', kind => 'keep_latest', group_by => ARRAY['src'],
+                order_by => 'at', keep => 20, batch_size => 50);
+         CREATE TABLE ver (id int PRIMARY KEY, k int NOT NULL, at timestamptz NOT NULL);
+         INSERT INTO ver SELECT g, g % 5, now() - make_interval(days => g) FROM generate_series(1, 500) g;
+         SELECT retention.add_policy(name => 'ver', relation => 'ver', kind => 'versions', group_by => ARRAY['k'],
+                order_by => 'at', keep => 50, min_keep => 10, age_column => 'at', older_than => '100 days', batch_size => 40);
+         CREATE TABLE ent (id int PRIMARY KEY, e int NOT NULL, at timestamptz NOT NULL);
+         INSERT INTO ent SELECT g, g % 40, now() - make_interval(days => 10 + (g % 40) * 3) FROM generate_series(1, 800) g;
+         SELECT retention.add_policy(name => 'ent', relation => 'ent', kind => 'entity', group_by => ARRAY['e'],
+                age_column => 'at', older_than => '60 days', batch_size => 30, max_rows_per_run => 300);",
+    )
+    .unwrap();
+    let previews: Vec<(String, i64, i64)> = db
+        .query(
+            "SELECT policy, would_delete, backlog FROM retention.preview() ORDER BY policy",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    db.batch_execute("CALL retention.run()").unwrap();
+    for (policy, would_delete, _) in &previews {
+        let deleted = count(&mut db, &format!("SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune' AND policy = '{policy}'"));
+        assert_eq!(
+            deleted, *would_delete,
+            "policy {policy}: preview said {would_delete}, run deleted {deleted}"
+        );
+        assert!(*would_delete > 0, "policy {policy} should have had work");
+    }
+    let age_backlog = previews.iter().find(|p| p.0 == "age").unwrap().2;
+    assert!(
+        age_backlog > 0,
+        "the age policy is capped, so preview reports a backlog"
+    );
+}
+
+#[test]
+fn linked_windows_refuse_a_violating_alter() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE outbox (id int PRIMARY KEY, at timestamptz NOT NULL);
+         CREATE TABLE inbox (id int PRIMARY KEY, at timestamptz NOT NULL);
+         SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age', age_column => 'at', older_than => '30 days');
+         SELECT retention.add_policy(name => 'inbox', relation => 'inbox', kind => 'age', age_column => 'at', older_than => '31 days');
+         SELECT retention.link_windows('outbox', 'inbox', '1 day');",
+    )
+    .unwrap();
+    let (code, msg) = expect_error(
+        &mut db,
+        "SELECT retention.alter_policy('inbox', older_than => '30 days 12 hours')",
+    );
+    assert_eq!(code, "RT201");
+    assert!(
+        msg.contains("outbox") && msg.contains("inbox") && msg.contains("31 days"),
+        "{msg}"
+    );
+    let (code, _) = expect_error(
+        &mut db,
+        "SELECT retention.alter_policy('outbox', older_than => '31 days')",
+    );
+    assert_eq!(code, "RT201");
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM retention.policy_history"),
+        2,
+        "refused alters leave no version"
+    );
+    db.batch_execute("SELECT retention.alter_policy('inbox', older_than => '40 days')")
+        .unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT version::bigint FROM retention.policies WHERE name = 'inbox'"
+        ),
+        2
+    );
+    let (code, _) = expect_error(
+        &mut db,
+        "SELECT retention.link_windows('inbox', 'outbox', '0')",
+    );
+    assert_eq!(code, "RT201");
+}
+
+#[test]
+fn replay_check_raises_with_the_boundary_in_the_message() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE outbox (id int PRIMARY KEY, at timestamptz NOT NULL);
+         SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age', age_column => 'at', older_than => '30 days');",
+    )
+    .unwrap();
+    let floor: String = db
+        .query_one("SELECT retention.replay_floor('outbox')::text", &[])
+        .unwrap()
+        .get(0);
+    db.batch_execute("SELECT retention.check_replay('outbox', now() - interval '29 days')")
+        .unwrap();
+    let (code, msg) = expect_error(
+        &mut db,
+        "SELECT retention.check_replay('outbox', now() - interval '31 days')",
+    );
+    assert_eq!(code, "RT301");
+    assert!(
+        msg.contains(&floor[..16]),
+        "message {msg} should name the boundary {floor}"
+    );
+}
+
+#[test]
+fn ledger_and_holds_refuse_update_delete_truncate() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, at timestamptz NOT NULL);
+         SELECT retention.place_hold('t', 'id = 1', 'r', 'a');
+         SELECT retention.add_policy(name => 't', relation => 't', kind => 'age', age_column => 'at', older_than => '1 day');",
+    )
+    .unwrap();
+    for sql in [
+        "UPDATE retention.ledger_entries SET rows = 0",
+        "DELETE FROM retention.ledger_entries",
+        "TRUNCATE retention.ledger_entries",
+        "UPDATE retention.hold_records SET reason = 'x'",
+        "DELETE FROM retention.hold_records",
+        "TRUNCATE retention.hold_lifts",
+        "DELETE FROM retention.policy_versions",
+    ] {
+        let (code, _) = expect_error(&mut db, sql);
+        assert_eq!(code, "RT401", "{sql}");
+    }
+    assert_eq!(count(&mut db, "SELECT count(*) FROM retention.ledger"), 1);
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM retention.policy_history"),
+        1
+    );
+}
+
+#[test]
+fn bad_inputs_are_refused_with_documented_sqlstates_and_leave_the_catalog_unchanged() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, status text, at timestamptz NOT NULL, tenant int);
+         CREATE TABLE nokey (at timestamptz);
+         CREATE TABLE victim (id int);",
+    )
+    .unwrap();
+    let base =
+        "name => 'p', relation => 't', kind => 'age', age_column => 'at', older_than => '30 days'";
+    let cases = [
+        ("name => 'p', relation => 't', kind => 'age', age_column => 'nope', older_than => '30 days'", "42703"),
+        ("name => 'p', relation => 't', kind => 'age', age_column => 'status', older_than => '30 days'", "42804"),
+        ("name => 'p', relation => 't', kind => 'keep_latest', group_by => ARRAY['tenant'], order_by => 'at', keep => 0", "22023"),
+        ("name => 'p', relation => 't', kind => 'versions', group_by => ARRAY['tenant'], order_by => 'at', keep => 2, min_keep => 3", "22023"),
+        ("name => 'p', relation => 't', kind => 'keep_latest', group_by => ARRAY['tenant'], keep => 2", "22023"),
+        ("name => 'p', relation => 't', kind => 'sometimes', age_column => 'at', older_than => '30 days'", "22023"),
+        ("name => 'p', relation => 't', kind => 'age', age_column => 'at', older_than => '-1 day'", "22023"),
+        ("name => 'p', relation => 'nokey', kind => 'age', age_column => 'at', older_than => '30 days'", "42P10"),
+        (&format!("{base}, scope => 'id IN (SELECT id FROM victim)'"), "RT101"),
+        (&format!("{base}, scope => 'random() < 0.5'"), "RT101"),
+        (&format!("{base}, scope => 'tenant'"), "RT101"),
+        (&format!("{base}, scope => 'count(*) > 1'"), "RT101"),
+        (&format!("{base}, scope => $$true); DROP TABLE victim; SELECT (true$$"), "RT101"),
+        (&format!("{base}, terminal => $$status = 'x' -- $$"), ""),
+        (&format!("{base}, scope => 'no_such_column = 1'"), "RT101"),
+        ("name => 'p', relation => 't', kind => 'age', age_column => 'at\"; DROP TABLE victim; --', older_than => '30 days'", "42703"),
+        (&format!("{base}, action => 'archive_then_delete'"), "22023"),
+        (&format!("{base}, batch_size => 0"), "22023"),
+    ];
+    for (args, expected) in cases {
+        let sql = format!("SELECT retention.add_policy({args})");
+        if expected.is_empty() {
+            // A trailing comment cannot swallow the closing parenthesis: accepted, then dropped.
+            db.batch_execute(&sql).unwrap();
+            db.batch_execute("SELECT retention.drop_policy('p')")
+                .unwrap();
+            continue;
+        }
+        let (code, msg) = expect_error(&mut db, &sql);
+        assert_eq!(code, expected, "{sql}: {msg}");
+    }
+    assert_eq!(count(&mut db, "SELECT count(*) FROM retention.policies"), 0);
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM retention.policy_history WHERE change = 'add'"
+        ),
+        1
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM victim"),
+        0,
+        "victim table still exists"
+    );
+    let (code, _) = expect_error(
+        &mut db,
+        "SELECT retention.place_hold('t', '1; DELETE FROM t', 'r', 'a')",
+    );
+    assert_eq!(code, "RT101");
+    let (code, _) = expect_error(
+        &mut db,
+        "SELECT retention.place_hold('t', 'id = 1', '', 'a')",
+    );
+    assert_eq!(code, "22023");
+    let (code, _) = expect_error(&mut db, "SELECT retention.drop_policy('nope')");
+    assert_eq!(code, "42704");
+    db.batch_execute(&format!("SELECT retention.add_policy({base})"))
+        .unwrap();
+    let (code, _) = expect_error(&mut db, &format!("SELECT retention.add_policy({base})"));
+    assert_eq!(code, "42710");
+}
+
+#[test]
+fn roles_gate_the_surface_and_nothing_is_granted_to_public() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, at timestamptz NOT NULL);
+         CREATE ROLE app LOGIN; CREATE ROLE archiver LOGIN IN ROLE retention_archiver;
+         CREATE ROLE admin LOGIN IN ROLE retention_admin;
+         GRANT SELECT, DELETE ON t TO admin;",
+    )
+    .unwrap();
+    let add = "SELECT retention.add_policy(name => 'p', relation => 't', kind => 'age', age_column => 'at', older_than => '1 day')";
+    for role in ["app", "archiver"] {
+        db.batch_execute(&format!("SET ROLE {role}")).unwrap();
+        let (code, _) = expect_error(&mut db, add);
+        assert_eq!(code, "42501", "{role} must not add policies");
+        let (code, _) = expect_error(
+            &mut db,
+            "SELECT retention.place_hold('t', 'true', 'r', 'a')",
+        );
+        assert_eq!(code, "42501", "{role} must not place holds");
+        let (code, _) = expect_error(&mut db, "SELECT count(*) FROM retention.ledger");
+        assert_eq!(code, "42501", "{role} must not read the ledger");
+        db.batch_execute("RESET ROLE").unwrap();
+    }
+    db.batch_execute("SET ROLE archiver").unwrap();
+    let (code, _) = expect_error(&mut db, "DELETE FROM t");
+    assert_eq!(
+        code, "42501",
+        "the archiver role has no rights on the table itself"
+    );
+    db.batch_execute("RESET ROLE; SET ROLE admin").unwrap();
+    db.batch_execute(add).unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'run' AND actor = 'admin'"
+        ),
+        1
+    );
+    db.batch_execute("RESET ROLE; CREATE TABLE other (id int PRIMARY KEY, at timestamptz NOT NULL); SET ROLE admin").unwrap();
+    let (code, _) = expect_error(
+        &mut db,
+        "SELECT retention.add_policy(name => 'q', relation => 'other', kind => 'age', age_column => 'at', older_than => '1 day')",
+    );
+    assert_eq!(
+        code, "42501",
+        "an admin may only govern tables it may delete from"
+    );
+}
+
+#[test]
+fn manual_run_skips_a_policy_whose_lock_is_held() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, 1000);
+    age_policy(&mut db, "");
+    let mut other = c.connect("postgres");
+    other
+        .batch_execute("SELECT pg_advisory_lock(retention._lock_key(id)) FROM retention.policies")
+        .unwrap();
+    let before = count(&mut db, "SELECT count(*) FROM outbox");
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM outbox"),
+        before,
+        "no double prune"
+    );
+    assert_eq!(
+        count(&mut db, "SELECT skipped_locked FROM retention.stats"),
+        1
+    );
+    other
+        .batch_execute("SELECT pg_advisory_unlock_all()")
+        .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert!(count(&mut db, "SELECT count(*) FROM outbox") < before);
+}
+
+#[test]
+fn a_run_error_is_ledgered_and_other_policies_still_run() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, 1000);
+    db.batch_execute(
+        "CREATE TABLE gone (id int PRIMARY KEY, at timestamptz NOT NULL);
+         SELECT retention.add_policy(name => 'gone', relation => 'gone', kind => 'age', age_column => 'at', older_than => '1 day');
+         DROP TABLE gone;",
+    )
+    .unwrap();
+    age_policy(&mut db, "");
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days'"
+        ),
+        0
+    );
+    let err: Option<String> = db
+        .query_one(
+            "SELECT last_error FROM retention.stats WHERE policy = 'gone'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(err.unwrap_or_default().contains("no longer exists"));
+}
