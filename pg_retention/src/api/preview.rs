@@ -34,6 +34,8 @@ fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
 }
 
 /// What the next run would do, per policy (all current policies when `policy` is NULL).
+// pgrx needs the named tuple spelled out in the signature to name the result columns.
+#[allow(clippy::type_complexity)]
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, public, pg_temp)]
 fn preview(
