@@ -235,6 +235,202 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $
       FROM retention.policies p WHERE p.id = _ledger_skip_locked.policy_id;
 $fn$;
 
+-- ---- The background worker: its state, its steps, wake() and health(). ----
+
+-- One row per database worker that ever ran in this database.
+CREATE TABLE retention.worker_state (
+    database          name PRIMARY KEY,
+    pid               integer,
+    state             text NOT NULL,
+    current_policy    text,
+    started_at        timestamptz,
+    last_cycle_start  timestamptz,
+    last_cycle_end    timestamptz,
+    next_wake         timestamptz,
+    wake_requested_at timestamptz,
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE VIEW retention.workers AS
+SELECT w.database, w.pid, w.state, w.current_policy, w.started_at, w.last_cycle_start,
+       w.last_cycle_end, w.next_wake,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                WHERE a.pid = w.pid AND a.backend_type = 'pg_retention worker') AS running
+FROM retention.worker_state w;
+GRANT SELECT ON retention.workers TO retention_admin;
+
+-- Called by a worker when it starts: a previous worker that did not stop cleanly crashed.
+CREATE FUNCTION retention._worker_started(restarts bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+DECLARE
+    prev retention.worker_state;
+BEGIN
+    SELECT * INTO prev FROM retention.worker_state w WHERE w.database = current_database();
+    IF FOUND AND prev.state <> 'stopped' AND prev.pid IS DISTINCT FROM pg_backend_pid() THEN
+        INSERT INTO retention.ledger_entries (method, policy, actor, detail)
+        VALUES ('worker_crash', prev.current_policy, 'worker',
+                jsonb_build_object('previous_pid', prev.pid, 'previous_state', prev.state,
+                                   'policy', prev.current_policy, 'restarts', restarts));
+        RAISE WARNING 'pg_retention: the previous worker of database % (pid %) ended without stopping cleanly while %',
+            current_database(), prev.pid, prev.state;
+    END IF;
+    INSERT INTO retention.worker_state (database, pid, state, started_at, updated_at)
+    VALUES (current_database(), pg_backend_pid(), 'idle', now(), now())
+    ON CONFLICT (database) DO UPDATE
+       SET pid = EXCLUDED.pid, state = 'idle', current_policy = NULL, started_at = now(),
+           next_wake = NULL, updated_at = now();
+END
+$fn$;
+
+-- Records the worker's state: 'sweeping' with no policy starts a cycle, 'idle' after
+-- 'sweeping' ends one. next_wake_secs is how long it will sleep.
+CREATE FUNCTION retention._worker_set(state text, policy text, next_wake_secs float8) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+    UPDATE retention.worker_state w SET
+        last_cycle_start = CASE WHEN $1 = 'sweeping' AND $2 IS NULL THEN clock_timestamp() ELSE w.last_cycle_start END,
+        last_cycle_end = CASE WHEN $1 IN ('idle', 'stopped') AND w.state = 'sweeping' THEN clock_timestamp() ELSE w.last_cycle_end END,
+        state = $1,
+        current_policy = $2,
+        next_wake = CASE WHEN $3 IS NULL THEN NULL ELSE clock_timestamp() + make_interval(secs => $3) END,
+        updated_at = clock_timestamp()
+    WHERE w.database = current_database();
+$fn$;
+
+CREATE FUNCTION retention._worker_wake_pending() RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+    SELECT coalesce(bool_or(w.wake_requested_at > coalesce(w.last_cycle_start, '-infinity')), false)
+      FROM retention.worker_state w WHERE w.database = current_database();
+$fn$;
+
+-- The worker takes the same per-policy session lock as CALL retention.run().
+CREATE FUNCTION retention._worker_try_lock(policy_id bigint) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+BEGIN
+    IF pg_try_advisory_lock(retention._lock_key(policy_id)) THEN
+        RETURN true;
+    END IF;
+    PERFORM retention._ledger_skip_locked(policy_id, 'worker');
+    RETURN false;
+END
+$fn$;
+
+CREATE FUNCTION retention._worker_unlock(policy_id bigint) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $fn$ SELECT pg_advisory_unlock(retention._lock_key(policy_id)) $fn$;
+
+-- Ledgers the policies a cycle did not reach because the cycle cap was hit.
+CREATE FUNCTION retention._worker_cycle_cap(cap bigint, skipped text[]) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+    INSERT INTO retention.ledger_entries (method, policy, policy_id, policy_version, relation, actor, detail)
+    SELECT 'cycle_cap', p.name, p.id, p.version, p.relation::text, 'worker',
+           jsonb_build_object('warning', 'cycle cap reached before this policy ran', 'cap', $1)
+      FROM retention.policies p WHERE p.name = ANY ($2);
+$fn$;
+
+-- Start and finish of a run with errors ledgered instead of raised (the worker must not die
+-- on a bad policy). Start returns NULL when it failed.
+CREATE FUNCTION retention._sweep_start_safe(policy_id bigint, actor text, cycle_remaining bigint) RETURNS jsonb
+LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $fn$
+DECLARE
+    msg text;
+    code text;
+BEGIN
+    RETURN retention._sweep_start(policy_id, actor, cycle_remaining);
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE;
+    INSERT INTO retention.ledger_entries (method, policy, policy_id, policy_version, relation, actor, detail)
+    SELECT 'error', p.name, p.id, p.version, p.relation::text, actor,
+           jsonb_build_object('error', msg, 'sqlstate', code, 'step', 'start')
+      FROM retention.policies p WHERE p.id = policy_id;
+    RETURN NULL;
+END
+$fn$;
+
+CREATE FUNCTION retention._sweep_finish_safe(state jsonb) RETURNS jsonb
+LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $fn$
+DECLARE
+    msg text;
+BEGIN
+    RETURN retention._sweep_finish(state);
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+    RAISE WARNING 'pg_retention: could not close the run of policy %: %', state->>'policy', msg;
+    RETURN state;
+END
+$fn$;
+
+-- Asks this database's worker to start a cycle now. Returns whether a running worker was woken.
+CREATE FUNCTION retention.wake() RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+DECLARE
+    worker_pid integer;
+BEGIN
+    UPDATE retention.worker_state w SET wake_requested_at = clock_timestamp()
+     WHERE w.database = current_database() RETURNING w.pid INTO worker_pid;
+    IF worker_pid IS NULL OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                                          WHERE a.pid = worker_pid AND a.backend_type = 'pg_retention worker') THEN
+        RAISE WARNING 'pg_retention: no worker is running for database %', current_database()
+            USING HINT = 'Set pg_retention.enabled = on and list the database in pg_retention.databases, then reload.';
+        RETURN false;
+    END IF;
+    RETURN retention._set_latch(worker_pid);
+END
+$fn$;
+
+-- One row per live policy: healthy, and why not.
+CREATE FUNCTION retention.health()
+RETURNS TABLE (policy text, healthy boolean, reasons text[])
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+DECLARE
+    p record;
+    r text[];
+    enabled boolean := current_setting('pg_retention.enabled')::boolean;
+    served boolean := current_database()::text = ANY (
+        string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ','));
+    naptime interval := current_setting('pg_retention.naptime')::interval;
+    running boolean := EXISTS (SELECT 1 FROM retention.workers w WHERE w.database = current_database() AND w.running);
+    last_run record;
+    overdue text;
+BEGIN
+    FOR p IN SELECT * FROM retention.policies ORDER BY name LOOP
+        r := '{}';
+        IF p.action = 'delete' AND p.enabled THEN
+            IF NOT enabled THEN
+                r := array_append(r, 'worker disabled (pg_retention.enabled = off)');
+            ELSIF NOT served THEN
+                r := array_append(r, format('database %s is not in pg_retention.databases', current_database()));
+            ELSIF NOT running THEN
+                r := array_append(r, 'worker not running for this database');
+            END IF;
+            SELECT l.at, l.detail->>'outcome' AS outcome INTO last_run
+              FROM retention.ledger_entries l WHERE l.policy_id = p.id AND l.method = 'run'
+             ORDER BY l.id DESC LIMIT 1;
+            IF last_run.at IS NULL THEN
+                IF (SELECT created_at FROM retention.policy_ids i WHERE i.id = p.id) < now() - 2 * naptime THEN
+                    r := array_append(r, 'never ran in two naptimes');
+                END IF;
+            ELSIF last_run.outcome = 'error' THEN
+                r := array_append(r, ('last run failed: ' || coalesce((SELECT s.last_error FROM retention.stats s WHERE s.policy = p.name), 'error')));
+            ELSIF last_run.outcome = 'cap' THEN
+                r := array_append(r, 'run cap hit in the last run');
+            END IF;
+            IF EXISTS (SELECT 1 FROM retention.ledger_entries l WHERE l.policy_id = p.id AND l.method = 'cycle_cap'
+                        AND l.at > coalesce(last_run.at, '-infinity')) THEN
+                r := array_append(r, 'cycle cap hit before the policy ran');
+            END IF;
+        END IF;
+        overdue := retention._overdue(p.id, (2 * naptime)::text);
+        IF overdue IS NOT NULL THEN
+            r := array_append(r, overdue);
+        END IF;
+        policy := p.name;
+        healthy := cardinality(r) = 0;
+        reasons := r;
+        RETURN NEXT;
+    END LOOP;
+END
+$fn$;
+
 -- Privileges: nothing to PUBLIC; administrators get the public surface; the internals stay
 -- with the owner except the sweep steps, which run() (SECURITY INVOKER, it commits) calls.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
@@ -252,3 +448,4 @@ GRANT EXECUTE ON FUNCTION
     retention._sweep_finish(jsonb), retention._ledger_skip_locked(bigint, text)
     TO retention_admin;
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
+GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admin;

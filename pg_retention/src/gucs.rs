@@ -81,13 +81,11 @@ pub fn init() {
 }
 
 /// Whether the worker is enabled.
-#[allow(dead_code)]
 pub fn enabled() -> bool {
     ENABLED.get()
 }
 
 /// Databases to serve, trimmed, empty entries dropped.
-#[allow(dead_code)]
 pub fn databases() -> Vec<String> {
     DATABASES
         .get()
@@ -102,25 +100,21 @@ pub fn databases() -> Vec<String> {
 }
 
 /// Naptime in seconds.
-#[allow(dead_code)]
 pub fn naptime_secs() -> u64 {
     NAPTIME_S.get().max(1) as u64
 }
 
 /// Jitter fraction.
-#[allow(dead_code)]
 pub fn jitter() -> f64 {
     JITTER.get()
 }
 
 /// The cycle cap in rows.
-#[allow(dead_code)]
 pub fn max_rows_per_cycle() -> i64 {
     i64::from(MAX_ROWS_PER_CYCLE.get())
 }
 
 /// The role the worker acts as, if set.
-#[allow(dead_code)]
 pub fn role() -> Option<String> {
     ROLE.get()
         .map(|c| c.to_string_lossy().into_owned())

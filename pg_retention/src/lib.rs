@@ -11,6 +11,7 @@ mod engine;
 mod error;
 mod gucs;
 mod sql_text;
+mod worker;
 
 ::pgrx::pg_module_magic!(name, version);
 
@@ -32,6 +33,7 @@ extension_sql_file!("../../sql/api.sql", name = "api", finalize);
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     gucs::init();
+    worker::init();
 }
 
 /// Test-framework hooks: `cargo pgrx test` starts its cluster with these settings.

@@ -8,3 +8,4 @@ pub mod policy;
 pub mod preview;
 pub mod sweep;
 pub mod version;
+pub mod worker;

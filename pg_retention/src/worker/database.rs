@@ -1,0 +1,254 @@
+//! The database worker: one per served database. Each cycle sweeps every enabled delete
+//! policy, children first, each under the policy's advisory lock taken on this backend, one
+//! transaction per batch. SIGTERM is honoured between batches; the cycle cap stops the cycle.
+
+use super::schedule::{jitter_offset, next_delay};
+use crate::gucs;
+use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
+use pgrx::prelude::*;
+use serde_json::{json, Value};
+use std::ffi::CString;
+use std::time::{Duration, Instant};
+
+/// How often a worker looks for the extension in a database that does not have it yet.
+const EXTENSION_POLL: Duration = Duration::from_secs(5);
+
+/// Runs `f` in its own transaction.
+fn tx<R>(
+    f: impl FnOnce() -> Result<R, pgrx::spi::SpiError>
+        + std::panic::UnwindSafe
+        + std::panic::RefUnwindSafe,
+) -> Result<R, pgrx::spi::SpiError> {
+    BackgroundWorker::transaction(f)
+}
+
+fn set_activity(database: &str, policy: Option<&str>) {
+    let title = match policy {
+        Some(p) => format!("pg_retention: sweeping {p}"),
+        None => format!("pg_retention: idle ({database})"),
+    };
+    if let Ok(c) = CString::new(title.clone()) {
+        // Safety: both copy the string; the CString outlives the calls.
+        unsafe {
+            pg_sys::set_ps_display(c.as_ptr());
+            pg_sys::pgstat_report_appname(c.as_ptr());
+        }
+    }
+}
+
+fn extension_installed() -> bool {
+    tx(|| {
+        Spi::get_one::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_retention')",
+        )
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(false)
+}
+
+fn set_state(state: &str, policy: Option<&str>, next_wake_secs: Option<f64>) {
+    let state = state.to_owned();
+    let policy = policy.map(str::to_owned);
+    let r = tx(move || {
+        Spi::run_with_args(
+            "SELECT retention._worker_set($1, $2, $3)",
+            &[state.as_str().into(), policy.into(), next_wake_secs.into()],
+        )
+    });
+    if let Err(e) = r {
+        warning!("pg_retention: could not record worker state: {e}");
+    }
+}
+
+/// Whether `retention.wake()` asked for a cycle since the last one started.
+fn wake_requested() -> bool {
+    tx(|| Spi::get_one::<bool>("SELECT retention._worker_wake_pending()"))
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// Runs one sweep step (`SELECT <function>(...)` returning jsonb) in its own transaction.
+fn step(
+    what: &str,
+    f: impl FnOnce() -> Result<Option<pgrx::JsonB>, pgrx::spi::SpiError>
+        + std::panic::UnwindSafe
+        + std::panic::RefUnwindSafe,
+) -> Option<Value> {
+    match tx(f) {
+        Ok(v) => v.map(|j| j.0).filter(|v| !v.is_null()),
+        Err(e) => {
+            warning!("pg_retention: {what}: {e}");
+            None
+        }
+    }
+}
+
+fn step_with_state(function: &str, state: Value) -> Option<Value> {
+    let sql = format!("SELECT retention.{function}($1)");
+    let what = function.to_owned();
+    step(&what, move || {
+        Spi::get_one_with_args::<pgrx::JsonB>(&sql, &[pgrx::JsonB(state).into()])
+    })
+}
+
+fn is_done(state: &Value) -> bool {
+    state.get("done").and_then(Value::as_bool).unwrap_or(true)
+}
+
+/// Sweeps one policy; returns rows deleted, or None when the worker must stop.
+fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Option<i64> {
+    let locked = tx(move || {
+        Spi::get_one_with_args::<bool>("SELECT retention._worker_try_lock($1)", &[id.into()])
+    })
+    .ok()
+    .flatten()
+    .unwrap_or(false);
+    if !locked {
+        log!("pg_retention: policy {name} skipped: another pruner holds its lock");
+        return Some(0);
+    }
+    set_activity(database, Some(name));
+    set_state("sweeping", Some(name), None);
+    let mut state = step("_sweep_start_safe", move || {
+        Spi::get_one_with_args::<pgrx::JsonB>(
+            "SELECT retention._sweep_start_safe($1, 'worker', $2)",
+            &[id.into(), cycle_remaining.into()],
+        )
+    });
+    let mut stopping = false;
+    while let Some(st) = state.as_ref().filter(|s| !is_done(s)) {
+        if BackgroundWorker::sigterm_received() {
+            stopping = true;
+            let mut st = st.clone();
+            st["done"] = json!(true);
+            st["outcome"] = json!("stopped");
+            st["reason"] = json!("worker received SIGTERM; stopped between batches");
+            state = Some(st);
+            break;
+        }
+        state = step_with_state("_sweep_batch_safe", st.clone());
+    }
+    let deleted = state
+        .as_ref()
+        .and_then(|s| s.get("deleted"))
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if let Some(st) = state {
+        step_with_state("_sweep_finish_safe", st);
+    }
+    let _ = tx(move || Spi::run_with_args("SELECT retention._worker_unlock($1)", &[id.into()]));
+    set_activity(database, None);
+    if stopping {
+        None
+    } else {
+        Some(deleted)
+    }
+}
+
+/// One cycle over every enabled delete policy. Returns false when the worker must stop.
+fn run_cycle(database: &str) -> bool {
+    set_state("sweeping", None, None);
+    let order: Vec<(i64, String)> = tx(|| {
+        Spi::connect(|client| {
+            client
+                .select("SELECT id, name FROM retention._run_order(NULL)", None, &[])?
+                .map(|row| {
+                    Ok((
+                        row.get::<i64>(1)?.unwrap_or(0),
+                        row.get::<String>(2)?.unwrap_or_default(),
+                    ))
+                })
+                .collect::<Result<Vec<_>, pgrx::spi::SpiError>>()
+        })
+    })
+    .unwrap_or_else(|e| {
+        warning!("pg_retention: could not list policies: {e}");
+        Vec::new()
+    });
+    let mut remaining = gucs::max_rows_per_cycle();
+    for (i, (id, name)) in order.iter().enumerate() {
+        if remaining <= 0 {
+            let skipped: Vec<String> = order[i..].iter().map(|(_, n)| n.clone()).collect();
+            let cap = gucs::max_rows_per_cycle();
+            let _ = tx(move || {
+                Spi::run_with_args(
+                    "SELECT retention._worker_cycle_cap($1, $2)",
+                    &[cap.into(), skipped.into()],
+                )
+            });
+            warning!("pg_retention: cycle cap of {cap} rows reached; {} policies wait for the next cycle", order.len() - i);
+            break;
+        }
+        match sweep_policy(*id, name, database, remaining) {
+            Some(deleted) => remaining -= deleted,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Entry point of a database worker. `bgw_extra` is the database; the argument counts restarts.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_retention_database_main(arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let database = BackgroundWorker::get_extra().to_owned();
+    let restarts = arg.value() as i64;
+    let role = gucs::role();
+    BackgroundWorker::connect_worker_to_spi(Some(&database), role.as_deref());
+    log!("pg_retention worker started for database \"{database}\"");
+    let mut registered = false;
+    let mut next_cycle = Instant::now();
+    let mut last_end: Option<Instant> = None;
+    let mut wait = Duration::ZERO;
+    while BackgroundWorker::wait_latch(Some(wait)) {
+        let naptime = Duration::from_secs(gucs::naptime_secs());
+        if BackgroundWorker::sighup_received() {
+            // Safety: the documented way for a background process to reload its configuration.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+            // A new naptime applies to the wait already under way.
+            let naptime = Duration::from_secs(gucs::naptime_secs());
+            if let Some(end) = last_end {
+                next_cycle = end + next_delay(&database, naptime, gucs::jitter());
+            }
+        }
+        if !extension_installed() {
+            // Look again soon: CREATE EXTENSION may come any moment.
+            wait = naptime.min(EXTENSION_POLL);
+            continue;
+        }
+        if !registered {
+            let r = tx(move || {
+                Spi::run_with_args("SELECT retention._worker_started($1)", &[restarts.into()])
+            });
+            if let Err(e) = r {
+                warning!("pg_retention: could not register the worker: {e}");
+            }
+            registered = true;
+            // The first cycle waits only for this database's jitter offset.
+            next_cycle = Instant::now() + jitter_offset(&database, naptime, gucs::jitter());
+        }
+        let due = Instant::now() >= next_cycle || wake_requested();
+        if due {
+            if !run_cycle(&database) {
+                break;
+            }
+            let end = Instant::now();
+            last_end = Some(end);
+            next_cycle = end
+                + next_delay(
+                    &database,
+                    Duration::from_secs(gucs::naptime_secs()),
+                    gucs::jitter(),
+                );
+        } else if BackgroundWorker::sigterm_received() {
+            break;
+        }
+        wait = next_cycle.saturating_duration_since(Instant::now());
+        set_state("idle", None, Some(wait.as_secs_f64()));
+    }
+    set_state("stopped", None, None);
+    log!("pg_retention worker for database \"{database}\" stopped");
+}

@@ -1,0 +1,30 @@
+//! Background workers: a launcher that keeps one database worker per served database, and the
+//! database worker that sweeps on a schedule.
+//!
+//! The launcher is registered at postmaster start (so the library must be preloaded) and needs
+//! no database. Database workers connect to their database, sweep every enabled delete policy
+//! per cycle through the same SQL steps as `CALL retention.run()`, and sleep on their latch
+//! until the next cycle, a `retention.wake()`, SIGHUP or SIGTERM.
+
+mod database;
+mod launcher;
+mod schedule;
+
+use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
+use std::time::Duration;
+
+/// Registers the launcher. Called from `_PG_init` only while shared_preload_libraries loads.
+pub fn init() {
+    // Safety: reading a postmaster-global flag during library load.
+    if !unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
+        return;
+    }
+    BackgroundWorkerBuilder::new("pg_retention launcher")
+        .set_type("pg_retention launcher")
+        .set_library("pg_retention")
+        .set_function("pg_retention_launcher_main")
+        .enable_shmem_access(None)
+        .set_start_time(BgWorkerStartTime::RecoveryFinished)
+        .set_restart_time(Some(Duration::from_secs(5)))
+        .load();
+}

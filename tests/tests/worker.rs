@@ -1,0 +1,435 @@
+//! The background worker against a real cluster with the library preloaded: scheduling,
+//! single pruner, signals, crashes, caps and health.
+
+use pg_retention_integration::{scalar, Cluster};
+use postgres::Client;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn worker_cluster(extra: &[&str]) -> Cluster {
+    let mut settings = vec![
+        "pg_retention.enabled = on",
+        "pg_retention.databases = 'postgres'",
+        "pg_retention.naptime = '1h'",
+        "pg_retention.jitter = 0",
+    ];
+    settings.extend_from_slice(extra);
+    Cluster::start(&settings)
+}
+
+/// The running worker's pid, waiting for it to register.
+fn worker_pid(c: &Cluster) -> i32 {
+    let mut pid = 0;
+    let up = c.wait_until(WAIT, || {
+        let mut db = c.connect("postgres");
+        match db.query_opt(
+            "SELECT pid FROM retention.workers WHERE running AND state = 'idle'",
+            &[],
+        ) {
+            Ok(Some(row)) => {
+                pid = row.get(0);
+                true
+            }
+            _ => false,
+        }
+    });
+    assert!(up, "the worker did not start; server log:\n{}", c.log());
+    pid
+}
+
+fn cycles_ended(db: &mut Client) -> String {
+    db.query_one(
+        "SELECT coalesce(max(last_cycle_end), '-infinity')::text FROM retention.worker_state",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Wakes the worker and waits for the cycle it starts to end.
+fn wake_and_wait(c: &Cluster) {
+    let mut db = c.connect("postgres");
+    let before = cycles_ended(&mut db);
+    let woke: bool = db.query_one("SELECT retention.wake()", &[]).unwrap().get(0);
+    assert!(woke, "wake() found no running worker");
+    let done = c.wait_until(WAIT, || {
+        let mut db = c.connect("postgres");
+        cycles_ended(&mut db) > before
+            && scalar(
+                &mut db,
+                "SELECT count(*) FROM retention.workers WHERE state = 'idle'",
+            ) == 1
+    });
+    assert!(done, "no cycle ended after wake(); log:\n{}", c.log());
+}
+
+fn outbox(db: &mut Client, table: &str, n: i64) {
+    db.batch_execute(&format!(
+        "CREATE TABLE {table} (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL);
+         -- spread over 60 days: about half the rows are past the 30-day window
+         INSERT INTO {table} (created_at) SELECT now() - (g::float8 / {n}) * interval '60 days' FROM generate_series(1, {n}) g;
+         SELECT retention.add_policy(name => '{table}', relation => '{table}', kind => 'age',
+                age_column => 'created_at', older_than => '30 days', batch_size => 50);"
+    ))
+    .unwrap();
+}
+
+fn expired(db: &mut Client, table: &str) -> i64 {
+    scalar(
+        db,
+        &format!("SELECT count(*) FROM {table} WHERE created_at < now() - interval '30 days'"),
+    )
+}
+
+/// Makes every deletion from `table` take `ms` milliseconds.
+fn slow_deletes(db: &mut Client, table: &str, ms: u32) {
+    db.batch_execute(&format!(
+        "CREATE FUNCTION slow_{table}() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN PERFORM pg_sleep({ms} / 1000.0); RETURN OLD; END $$;
+         CREATE TRIGGER slow AFTER DELETE ON {table} FOR EACH ROW EXECUTE FUNCTION slow_{table}();"
+    ))
+    .unwrap();
+}
+
+#[test]
+fn worker_deletes_expired_rows_after_wake_without_a_manual_call() {
+    let c = worker_cluster(&[]);
+    worker_pid(&c);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, "outbox", 1000);
+    assert!(expired(&mut db, "outbox") > 0);
+    wake_and_wait(&c);
+    assert_eq!(expired(&mut db, "outbox"), 0);
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'run' AND actor = 'worker'"
+        ),
+        1
+    );
+    let app: i64 = scalar(
+        &mut db,
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_retention worker' AND application_name LIKE 'pg_retention: idle%'",
+    );
+    assert_eq!(
+        app, 1,
+        "the worker names what it is doing in application_name"
+    );
+}
+
+#[test]
+fn disabled_worker_does_nothing() {
+    let c = Cluster::start(&[
+        "pg_retention.databases = 'postgres'",
+        "pg_retention.naptime = '1s'",
+    ]);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, "outbox", 1000);
+    let before = expired(&mut db, "outbox");
+    let woke: bool = db.query_one("SELECT retention.wake()", &[]).unwrap().get(0);
+    assert!(!woke);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(expired(&mut db, "outbox"), before);
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_retention worker'"
+        ),
+        0
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'prune'"
+        ),
+        0
+    );
+}
+
+#[test]
+fn a_manual_run_holding_the_lock_makes_the_worker_skip_and_the_reverse() {
+    let c = worker_cluster(&[]);
+    worker_pid(&c);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, "q", 400);
+    let before = expired(&mut db, "q");
+    assert!(before > 0);
+    // A manual pruner (another session) holds the policy's lock: the worker skips it.
+    let mut other = c.connect("postgres");
+    other
+        .batch_execute("SELECT pg_advisory_lock(retention._lock_key(id)) FROM retention.policies")
+        .unwrap();
+    wake_and_wait(&c);
+    assert_eq!(expired(&mut db, "q"), before, "no double prune");
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'skip_locked' AND actor = 'worker'"), 1);
+    assert_eq!(
+        scalar(&mut db, "SELECT skipped_locked FROM retention.stats"),
+        1
+    );
+    other
+        .batch_execute("SELECT pg_advisory_unlock_all()")
+        .unwrap();
+    // The worker is sweeping (slowly): a manual run skips the policy instead of waiting.
+    slow_deletes(&mut db, "q", 10);
+    db.batch_execute("SELECT retention.wake()").unwrap();
+    assert!(c.wait_until(WAIT, || scalar(
+        &mut c.connect("postgres"),
+        "SELECT count(*) FROM retention.ledger WHERE method = 'prune'"
+    ) > 0));
+    let (app, current): (String, Option<String>) = db
+        .query_one(
+            "SELECT a.application_name, w.current_policy FROM retention.workers w JOIN pg_stat_activity a ON a.pid = w.pid",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert_eq!(app, "pg_retention: sweeping q");
+    assert_eq!(current.as_deref(), Some("q"));
+    db.batch_execute("CALL retention.run('q')").unwrap();
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'skip_locked' AND actor = 'postgres'"), 1);
+}
+
+#[test]
+fn sigterm_mid_sweep_leaves_only_whole_batches_and_a_consistent_ledger() {
+    let c = worker_cluster(&[]);
+    let pid = worker_pid(&c);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, "q", 2000);
+    slow_deletes(&mut db, "q", 4);
+    let total = scalar(&mut db, "SELECT count(*) FROM q");
+    db.batch_execute("SELECT retention.wake()").unwrap();
+    assert!(c.wait_until(WAIT, || scalar(
+        &mut c.connect("postgres"),
+        "SELECT count(*) FROM retention.ledger WHERE method = 'prune'"
+    ) >= 2));
+    db.batch_execute(&format!("SELECT pg_terminate_backend({pid})"))
+        .unwrap();
+    assert!(c.wait_until(WAIT, || {
+        scalar(
+            &mut c.connect("postgres"),
+            &format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}"),
+        ) == 0
+    }));
+    let deleted = total - scalar(&mut db, "SELECT count(*) FROM q");
+    let ledgered = scalar(
+        &mut db,
+        "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune'",
+    );
+    assert_eq!(deleted, ledgered, "the ledger matches the table exactly");
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'prune' AND rows <> 50"
+        ),
+        0,
+        "whole batches only"
+    );
+    assert!(
+        expired(&mut db, "q") > 0,
+        "the sweep stopped before the end"
+    );
+    let outcome: String = db
+        .query_one(
+            "SELECT detail->>'outcome' FROM retention.ledger WHERE method = 'run'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(outcome, "stopped");
+}
+
+#[test]
+fn sighup_changes_naptime_without_a_restart() {
+    let c = worker_cluster(&[]);
+    let pid = worker_pid(&c);
+    let mut db = c.connect("postgres");
+    let first = cycles_ended(&mut db);
+    let far: bool = db
+        .query_one(
+            "SELECT next_wake > now() + interval '50 minutes' FROM retention.workers",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(far, "with naptime 1h the next wake is an hour away");
+    c.append_conf(&["pg_retention.naptime = '2s'"]);
+    c.reload();
+    let cycled = c.wait_until(Duration::from_secs(20), || {
+        cycles_ended(&mut c.connect("postgres")) > first
+    });
+    assert!(cycled, "a new naptime applies without wake() or restart");
+    assert_eq!(worker_pid(&c), pid, "same worker process");
+}
+
+#[test]
+fn a_killed_database_worker_is_restarted_and_the_next_cycle_completes() {
+    // Commits must survive the crash for the successor to see how its predecessor ended.
+    let c = worker_cluster(&["synchronous_commit = on"]);
+    let pid = worker_pid(&c);
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Postgres resets all backends after a crash; the launcher comes back and restarts the worker.
+    let mut new_pid = pid;
+    assert!(c.wait_until(Duration::from_secs(120), || {
+        let Ok(mut db) = Client::connect(&c.url("postgres"), postgres::NoTls) else {
+            return false;
+        };
+        match db.query_opt(
+            "SELECT pid FROM retention.workers WHERE running AND state = 'idle'",
+            &[],
+        ) {
+            Ok(Some(row)) => {
+                new_pid = row.get(0);
+                new_pid != pid
+            }
+            _ => false,
+        }
+    }));
+    let mut db = c.connect("postgres");
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'worker_crash'"
+        ),
+        1
+    );
+    outbox(&mut db, "outbox", 500);
+    wake_and_wait(&c);
+    assert_eq!(expired(&mut db, "outbox"), 0);
+}
+
+#[test]
+fn a_policy_whose_table_was_dropped_is_unhealthy_and_does_not_stop_the_others() {
+    let c = worker_cluster(&[]);
+    worker_pid(&c);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, "a_gone", 100);
+    outbox(&mut db, "b_kept", 500);
+    db.batch_execute("DROP TABLE a_gone").unwrap();
+    wake_and_wait(&c);
+    assert_eq!(expired(&mut db, "b_kept"), 0);
+    let rows: Vec<(String, bool, Vec<String>)> = db
+        .query(
+            "SELECT policy, healthy, reasons FROM retention.health() ORDER BY policy",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(rows[0].0, "a_gone");
+    assert!(!rows[0].1);
+    assert!(
+        rows[0]
+            .2
+            .iter()
+            .any(|r| r.contains("last run failed") && r.contains("no longer exists")),
+        "{:?}",
+        rows[0]
+    );
+    assert_eq!(rows[1], ("b_kept".to_string(), true, vec![]));
+}
+
+#[test]
+fn the_cycle_cap_stops_the_cycle_and_is_flagged() {
+    let c = worker_cluster(&["pg_retention.max_rows_per_cycle = 150"]);
+    worker_pid(&c);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, "a_first", 1000);
+    outbox(&mut db, "b_second", 1000);
+    let before_b = expired(&mut db, "b_second");
+    wake_and_wait(&c);
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune'"
+        ),
+        150
+    );
+    assert_eq!(
+        expired(&mut db, "b_second"),
+        before_b,
+        "the second policy waits for the next cycle"
+    );
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'cycle_cap' AND policy = 'b_second'"), 1);
+    let reasons: Vec<Vec<String>> = db
+        .query(
+            "SELECT reasons FROM retention.health() ORDER BY policy",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        reasons[0].iter().any(|r| r.contains("run cap hit")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].iter().any(|r| r.contains("cycle cap hit")),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn health_flags_disabled_worker_backlog_and_never_ran() {
+    let c = Cluster::start(&["pg_retention.naptime = '1h'"]);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, "outbox", 2000);
+    db.batch_execute("UPDATE retention.policy_ids SET created_at = now() - interval '3 hours'")
+        .unwrap();
+    let (healthy, reasons): (bool, Vec<String>) = db
+        .query_one("SELECT healthy, reasons FROM retention.health()", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert!(!healthy);
+    assert!(
+        reasons.iter().any(|r| r.contains("worker disabled")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("backlog past window")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("never ran")),
+        "{reasons:?}"
+    );
+    db.batch_execute("CALL retention.run()").unwrap();
+    let reasons: Vec<String> = db
+        .query_one("SELECT reasons FROM retention.health()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        reasons,
+        vec!["worker disabled (pg_retention.enabled = off)".to_string()]
+    );
+}
+
+#[test]
+fn a_bad_database_name_does_not_stop_the_launcher_or_other_databases() {
+    let c = worker_cluster(&["pg_retention.databases = 'no_such_db, postgres'"]);
+    worker_pid(&c);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, "outbox", 500);
+    wake_and_wait(&c);
+    assert_eq!(expired(&mut db, "outbox"), 0);
+    assert!(
+        c.log().contains("no_such_db"),
+        "the failing database is logged"
+    );
+    // The postmaster logs every background worker exit; the launcher has none.
+    assert!(
+        !c.log()
+            .contains("background worker \"pg_retention launcher\""),
+        "the launcher exited:\n{}",
+        c.log()
+    );
+    assert!(c
+        .log()
+        .contains("the worker for database \"no_such_db\" exited; restarting it"));
+}
