@@ -278,7 +278,7 @@ BEGIN
     VALUES (current_database(), pg_backend_pid(), 'idle', now(), now())
     ON CONFLICT (database) DO UPDATE
        SET pid = EXCLUDED.pid, state = 'idle', current_policy = NULL, started_at = now(),
-           next_wake = NULL, updated_at = now();
+           last_cycle_start = NULL, last_cycle_end = NULL, next_wake = NULL, updated_at = now();
 END
 $fn$;
 
@@ -431,6 +431,65 @@ BEGIN
 END
 $fn$;
 
+-- ---- Archive-then-prune. ----
+
+-- Guard trigger of archive policies: refuses to update a row that is already archive-eligible.
+-- TG_ARGV[0] is the policy, TG_ARGV[1] its eligibility over the row (alias t).
+CREATE FUNCTION retention._fixpoint_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $fn$
+DECLARE
+    eligible boolean;
+BEGIN
+    EXECUTE format('SELECT coalesce((%s), false) FROM (SELECT ($1).*) t', TG_ARGV[1]) INTO eligible USING OLD;
+    IF eligible THEN
+        RAISE EXCEPTION 'row of %.% is archive-eligible under policy % and cannot be updated',
+                TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]
+            USING ERRCODE = 'RT501',
+                  DETAIL = 'The row is terminal and past the policy''s window: it is being or will be archived as it is.',
+                  HINT = 'Deleting it is allowed; changing it is not. Lift this by altering or dropping the policy.';
+    END IF;
+    RETURN NEW;
+END
+$fn$;
+
+-- The archive protocol. Each wrapper pins the settings that shape text output, so a batch's
+-- rows render to the same bytes in batch_frames and complete_batch whatever the session says.
+CREATE FUNCTION retention.claim_batch(policy text, max_rows int DEFAULT 10000,
+                                      lease interval DEFAULT '10 minutes', owner text DEFAULT NULL)
+RETURNS uuid
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+    SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
+    SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $fn$ SELECT (retention._result(retention._claim_batch(policy, max_rows, lease::text, owner)) #>> '{}')::uuid $fn$;
+
+CREATE FUNCTION retention.batch_manifest(batch uuid) RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+    SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
+    SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $fn$ SELECT retention._result(retention._batch_manifest(batch::text)) $fn$;
+
+CREATE FUNCTION retention.batch_frames(batch uuid) RETURNS SETOF bytea
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+    SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
+    SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $fn$ SELECT retention._batch_frames(batch::text) $fn$;
+
+CREATE FUNCTION retention.extend_lease(batch uuid, lease interval) RETURNS timestamptz
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $fn$ SELECT (retention._result(retention._extend_lease(batch::text, lease::text)) #>> '{}')::timestamptz $fn$;
+
+CREATE FUNCTION retention.release_batch(batch uuid, reason text) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $fn$ SELECT (retention._result(retention._release_batch(batch::text, reason)))::boolean $fn$;
+
+CREATE FUNCTION retention.complete_batch(batch uuid, object_key text, blake3 text, rows bigint, bytes bigint,
+                                         owner text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+    SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
+    SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $fn$ SELECT (retention._result(retention._complete_batch(batch::text, object_key, blake3, rows, bytes, owner)))::bigint $fn$;
+
 -- Privileges: nothing to PUBLIC; administrators get the public surface; the internals stay
 -- with the owner except the sweep steps, which run() (SECURITY INVOKER, it commits) calls.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
@@ -449,3 +508,9 @@ GRANT EXECUTE ON FUNCTION
     TO retention_admin;
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admin;
+GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.batch_manifest(uuid),
+    retention.batch_frames(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text),
+    retention.complete_batch(uuid, text, text, bigint, bigint, text)
+    TO retention_archiver;
+-- The guard trigger runs as whoever updates a governed table.
+GRANT EXECUTE ON FUNCTION retention._fixpoint_guard() TO PUBLIC;

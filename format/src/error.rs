@@ -33,6 +33,16 @@ pub enum FormatError {
         /// What was wrong.
         reason: String,
     },
+    /// A slice does not match what its manifest says.
+    #[error("slice {what} mismatch: expected {expected}, found {found}")]
+    Mismatch {
+        /// Which figure: blake3, rows or bytes.
+        what: &'static str,
+        /// What the manifest says.
+        expected: String,
+        /// What the slice has.
+        found: String,
+    },
     /// A row is too large to be framed.
     #[error("row of {len} bytes exceeds the frame limit of {max}")]
     RowTooLarge {

@@ -10,8 +10,12 @@ pub mod digest;
 pub mod error;
 pub mod frame;
 pub mod manifest;
+pub mod stream;
+pub mod verify;
 
 pub use digest::SliceHasher;
 pub use error::{FormatError, Result};
 pub use frame::{decode_frames, encode_frame, Row, MAX_FRAME_LEN};
 pub use manifest::{ColumnSpec, Manifest, FORMAT_VERSION};
+pub use stream::StreamDecoder;
+pub use verify::{summarize, verify_slice};

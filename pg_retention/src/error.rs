@@ -41,6 +41,26 @@ pub enum RetentionError {
         reason: String,
         predicate: String,
     },
+    /// Existing rows already break the fixpoint CHECK of an archive policy (23514).
+    #[error("{rows} rows of {relation} are terminal with a NULL {age_column}")]
+    FixpointViolation {
+        relation: String,
+        rows: i64,
+        age_column: String,
+    },
+    /// No such archive batch (42704).
+    #[error("batch {0} does not exist")]
+    UnknownBatch(String),
+    /// A batch cannot take this step in its state, or belongs to another owner (RT503).
+    #[error("batch {batch} is {state}: {message}")]
+    BatchState {
+        batch: String,
+        state: String,
+        message: String,
+    },
+    /// The archived slice does not match the rows as they are now (RT502).
+    #[error("archive of batch {batch} refused: {reason}")]
+    ArchiveMismatch { batch: String, reason: String },
     /// A change would break a window link (RT201).
     #[error("window link violated: {consumer} must keep rows at least {required} (producer {producer} keeps {producer_window} plus a margin of {margin})")]
     WindowLink {
@@ -105,6 +125,10 @@ impl RetentionError {
             RetentionError::NoPrimaryKey { .. } => "42P10",
             RetentionError::InvalidPredicate { .. } => "RT101",
             RetentionError::WindowLink { .. } => "RT201",
+            RetentionError::FixpointViolation { .. } => "23514",
+            RetentionError::UnknownBatch(_) => "42704",
+            RetentionError::BatchState { .. } => "RT503",
+            RetentionError::ArchiveMismatch { .. } => "RT502",
             RetentionError::UnknownPolicy(_) | RetentionError::UnknownHold(_) => "42704",
             RetentionError::DuplicatePolicy(_) => "42710",
             RetentionError::WrongState { .. } => "55000",
@@ -124,6 +148,12 @@ impl RetentionError {
                 Some("Retention deletes enumerated keys, so every governed table needs a primary key.".into())
             }
             RetentionError::InvalidPredicate { predicate, .. } => Some(format!("Predicate: {predicate}")),
+            RetentionError::FixpointViolation { .. } => Some(
+                "An archive policy needs every terminal row to have an age, so it reaches its window and can be archived.".into(),
+            ),
+            RetentionError::ArchiveMismatch { .. } => Some(
+                "Nothing was deleted. The rows changed or vanished since they were read for the archive, or the archive does not match them.".into(),
+            ),
             RetentionError::WindowLink { producer, consumer, required, .. } => Some(format!(
                 "Linked windows require {consumer}.older_than >= {producer}.older_than + margin = {required}."
             )),
@@ -150,6 +180,14 @@ impl RetentionError {
             }
             RetentionError::UnknownPolicy(_) => Some("See retention.policies.".into()),
             RetentionError::UnknownHold(_) => Some("See retention.holds.".into()),
+            RetentionError::FixpointViolation { age_column, .. } => {
+                Some(format!("Give those rows a {age_column}, or narrow the terminal predicate, then register again."))
+            }
+            RetentionError::UnknownBatch(_) => Some("Claim a batch with retention.claim_batch.".into()),
+            RetentionError::BatchState { .. } => Some("Claim a new batch; its rows are claimable again.".into()),
+            RetentionError::ArchiveMismatch { .. } => {
+                Some("Release the batch (retention.release_batch) and claim again; the archive object is not trusted.".into())
+            }
             RetentionError::DuplicatePolicy(_) => {
                 Some("Use retention.alter_policy to change it, or choose another name.".into())
             }

@@ -6,9 +6,11 @@
 use pgrx::prelude::*;
 
 mod api;
+mod archive;
 mod catalog;
 mod engine;
 mod error;
+mod guard;
 mod gucs;
 mod sql_text;
 mod worker;
@@ -25,6 +27,11 @@ extension_sql_file!(
 extension_sql_file!(
     "../../sql/views.sql",
     name = "views",
+    requires = ["catalog"]
+);
+extension_sql_file!(
+    "../../sql/archive.sql",
+    name = "archive",
     requires = ["catalog"]
 );
 extension_sql_file!("../../sql/api.sql", name = "api", finalize);

@@ -18,13 +18,13 @@ fn worker_cluster(extra: &[&str]) -> Cluster {
     Cluster::start(&settings)
 }
 
-/// The running worker's pid, waiting for it to register.
+/// The running worker's pid, waiting for it to register and finish its first cycle.
 fn worker_pid(c: &Cluster) -> i32 {
     let mut pid = 0;
     let up = c.wait_until(WAIT, || {
         let mut db = c.connect("postgres");
         match db.query_opt(
-            "SELECT pid FROM retention.workers WHERE running AND state = 'idle'",
+            "SELECT pid FROM retention.workers WHERE running AND state = 'idle' AND last_cycle_end IS NOT NULL",
             &[],
         ) {
             Ok(Some(row)) => {
@@ -279,7 +279,7 @@ fn a_killed_database_worker_is_restarted_and_the_next_cycle_completes() {
             return false;
         };
         match db.query_opt(
-            "SELECT pid FROM retention.workers WHERE running AND state = 'idle'",
+            "SELECT pid FROM retention.workers WHERE running AND state = 'idle' AND last_cycle_end IS NOT NULL",
             &[],
         ) {
             Ok(Some(row)) => {
@@ -429,7 +429,9 @@ fn a_bad_database_name_does_not_stop_the_launcher_or_other_databases() {
         "the launcher exited:\n{}",
         c.log()
     );
-    assert!(c
-        .log()
-        .contains("the worker for database \"no_such_db\" exited; restarting it"));
+    let retried = c.wait_until(WAIT, || {
+        c.log()
+            .contains("the worker for database \"no_such_db\" exited; restarting it")
+    });
+    assert!(retried, "the launcher retries the failing database");
 }

@@ -3,6 +3,7 @@
 //! work, run as the extension owner (SECURITY DEFINER, pinned search_path) and are executable
 //! only by the roles that need them.
 
+pub mod archive;
 pub mod hold;
 pub mod policy;
 pub mod preview;

@@ -3,6 +3,7 @@
 use crate::catalog::{caller, query_json, Policy, PolicySpec};
 use crate::engine::validate::validate;
 use crate::error::{outcome, OrReport, Result, RetentionError};
+use crate::guard;
 use pgrx::prelude::*;
 use serde_json::Value;
 
@@ -153,6 +154,9 @@ fn define(change: &str, spec: Value) -> Result<i64> {
             )?
             .unwrap_or(0);
             append_version(id, &spec, &rel.qualified, "add")?;
+            if spec.action == "archive_then_delete" {
+                guard::install(id, &spec, &rel)?;
+            }
             Ok(id)
         }
         _ => {
@@ -161,6 +165,11 @@ fn define(change: &str, spec: Value) -> Result<i64> {
             let rel = validate(&spec)?;
             check_links(Some(current.id), &spec)?;
             append_version(current.id, &spec, &rel.qualified, "alter")?;
+            if spec.action == "archive_then_delete" {
+                guard::install(current.id, &spec, &rel)?;
+            } else if current.action == "archive_then_delete" {
+                guard::remove(current.id, current.relation)?;
+            }
             Ok(current.id)
         }
     }
@@ -178,6 +187,9 @@ fn set_state(name: &str, change: &str) -> Result<i64> {
     let mut spec = current.spec.clone();
     spec.enabled = change == "enable";
     append_version(current.id, &spec, &current.relation_name, change)?;
+    if change == "drop" && current.action == "archive_then_delete" {
+        guard::remove(current.id, current.relation)?;
+    }
     if change == "drop" {
         Spi::run_with_args(
             "UPDATE retention.policy_ids SET dropped_at = now() WHERE id = $1",

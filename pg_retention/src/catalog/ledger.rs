@@ -28,6 +28,15 @@ pub struct LedgerEntry<'a> {
 impl LedgerEntry<'_> {
     /// Appends the record in the current transaction.
     pub fn append(&self) -> Result<()> {
+        self.insert(None)
+    }
+
+    /// Appends the record with a reference to the archive that made it possible.
+    pub fn append_with_archive(&self, archive_id: Option<i64>) -> Result<()> {
+        self.insert(archive_id)
+    }
+
+    fn insert(&self, archive_id: Option<i64>) -> Result<()> {
         let relation = self
             .policy
             .map(|p| p.relation_name.clone())
@@ -43,11 +52,12 @@ impl LedgerEntry<'_> {
             self.actor.into(),
             self.run_id.into(),
             pgrx::JsonB(self.detail.clone()).into(),
+            archive_id.into(),
         ];
         Spi::run_with_args(
             "INSERT INTO retention.ledger_entries
-                 (method, policy, policy_id, policy_version, relation, rows, hold_ids, actor, run_id, detail)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::uuid, $10)",
+                 (method, policy, policy_id, policy_version, relation, rows, hold_ids, actor, run_id, detail, archive_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::uuid, $10, $11)",
             &args,
         )?;
         Ok(())

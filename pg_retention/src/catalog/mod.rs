@@ -12,13 +12,14 @@ use crate::error::Result;
 use pgrx::prelude::*;
 use serde::de::DeserializeOwned;
 
-/// Runs a query that returns one jsonb value (or no row) and decodes it.
+/// Runs a statement that returns one jsonb value (or no row) and decodes it.
 pub fn query_json<T: DeserializeOwned>(
     sql: &str,
     args: &[pgrx::datum::DatumWithOid<'_>],
 ) -> Result<Option<T>> {
-    let value: Option<pgrx::JsonB> = Spi::connect(|client| {
-        let table = client.select(sql, Some(1), args)?;
+    // Read-write SPI: some callers lock (FOR UPDATE) or modify (UPDATE ... RETURNING).
+    let value: Option<pgrx::JsonB> = Spi::connect_mut(|client| {
+        let table = client.update(sql, Some(1), args)?;
         if table.is_empty() {
             Ok::<_, pgrx::spi::SpiError>(None)
         } else {

@@ -194,13 +194,8 @@ impl<'a> Eligibility<'a> {
         let table = self.table();
         match self.kind {
             Kind::Age => format!(
-                "SELECT t.ctid AS __ctid, t.* FROM ONLY {table} t
-                  WHERE {scope} AND {terminal} AND t.{age} < {cutoff} AND {guard}",
-                scope = self.scope(),
-                terminal = self.terminal(),
-                age = self.age(),
-                cutoff = self.cutoff().unwrap_or_else(|| "'-infinity'".into()),
-                guard = self.guard_filter(guards, "t"),
+                "SELECT t.ctid AS __ctid, t.* FROM ONLY {table} t WHERE {}",
+                self.age_predicate(guards)
             ),
             Kind::KeepLatest | Kind::Versions => {
                 let keep = self.policy.keep.unwrap_or(i32::MAX);
@@ -242,6 +237,19 @@ impl<'a> Eligibility<'a> {
                 )
             }
         }
+    }
+
+    /// For `age`: the condition on a row of the table aliased `t` (the only kind whose
+    /// eligibility is a plain row predicate, which is what archive claims need).
+    pub fn age_predicate(&self, guards: Guards) -> String {
+        format!(
+            "{scope} AND {terminal} AND t.{age} < {cutoff} AND {guard}",
+            scope = self.scope(),
+            terminal = self.terminal(),
+            age = self.age(),
+            cutoff = self.cutoff().unwrap_or_else(|| "'-infinity'".into()),
+            guard = self.guard_filter(guards, "t"),
+        )
     }
 
     /// For `entity`: the expired groups (group columns, `__first` = lowest ctid, `__n` = rows).

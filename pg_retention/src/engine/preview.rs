@@ -21,7 +21,7 @@ pub struct Preview {
     pub would_delete: i64,
     /// Deletable rows beyond the run cap (or, for archive policies, waiting for the archiver).
     pub backlog: i64,
-    /// Estimated bytes of archive slices for the deletable rows (archive policies only).
+    /// Estimated slice bytes for the deletable rows, from real frames of a sample (archive policies only).
     pub archive_bytes_estimate: Option<i64>,
 }
 
@@ -82,7 +82,7 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
         deletable.min(policy.max_rows_per_run)
     };
     let archive_bytes_estimate = if archive {
-        Some(estimate_archive_bytes(&elig, deletable)?)
+        Some(estimate_archive_bytes(&elig, &rel, deletable)?)
     } else {
         None
     };
@@ -97,16 +97,20 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
     })
 }
 
-/// Deletable rows times the mean text size of a sample of them (a frame carries every column's
-/// text form, so this is close to the slice size).
-fn estimate_archive_bytes(elig: &Eligibility<'_>, deletable: i64) -> Result<i64> {
-    if deletable == 0 {
+/// Deletable rows times the mean size of real frames encoded from a sample of them.
+fn estimate_archive_bytes(
+    elig: &Eligibility<'_>,
+    rel: &RelationInfo,
+    deletable: i64,
+) -> Result<i64> {
+    if deletable == 0 || elig.kind() != Kind::Age {
         return Ok(0);
     }
-    let mean = Spi::get_one::<f64>(&format!(
-        "SELECT avg(octet_length(s.r::text))::float8 FROM (SELECT e AS r FROM ({}) e LIMIT 1000) s",
-        elig.rows(Guards::ALL)
-    ))?
-    .unwrap_or(0.0);
+    let sample = crate::archive::render::sample_rows(rel, &elig.age_predicate(Guards::ALL), 1000)?;
+    let frames = crate::archive::render::frames(&sample)?;
+    if frames.is_empty() {
+        return Ok(0);
+    }
+    let mean = frames.iter().map(Vec::len).sum::<usize>() as f64 / frames.len() as f64;
     Ok((mean * deletable as f64).round() as i64)
 }

@@ -178,6 +178,16 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
     if let Some(terminal) = &spec.terminal {
         check_predicate(&rel, terminal, "terminal")?;
     }
+    if spec.action == "archive_then_delete" && kind != Kind::Age {
+        return Err(RetentionError::invalid(
+            format!(
+                "archive_then_delete is supported for age policies, not {}",
+                spec.kind
+            ),
+            "An archived row must reach a fixed point: terminal and past a time window.",
+            "Use kind => 'age' with age_column, older_than and terminal.",
+        ));
+    }
     if spec.action == "archive_then_delete" && spec.terminal.is_none() {
         return Err(RetentionError::invalid(
             "archive_then_delete policies require a terminal predicate",

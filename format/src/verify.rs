@@ -1,0 +1,43 @@
+//! Checking a whole slice against what its manifest claims.
+
+use crate::digest::SliceHasher;
+use crate::error::{FormatError, Result};
+use crate::frame::{decode_frames, Row};
+
+/// Decodes `slice` and checks its BLAKE3, row count and byte count. Any truncation, bit flip or
+/// substitution fails here: a flipped bit may still decode, but it never hashes the same.
+pub fn verify_slice(slice: &[u8], blake3_hex: &str, rows: u64, bytes: u64) -> Result<Vec<Row>> {
+    if slice.len() as u64 != bytes {
+        return Err(FormatError::Mismatch {
+            what: "bytes",
+            expected: bytes.to_string(),
+            found: slice.len().to_string(),
+        });
+    }
+    let digest = blake3::hash(slice).to_hex().to_string();
+    if digest != blake3_hex {
+        return Err(FormatError::Mismatch {
+            what: "blake3",
+            expected: blake3_hex.to_owned(),
+            found: digest,
+        });
+    }
+    let decoded = decode_frames(slice)?;
+    if decoded.len() as u64 != rows {
+        return Err(FormatError::Mismatch {
+            what: "rows",
+            expected: rows.to_string(),
+            found: decoded.len().to_string(),
+        });
+    }
+    Ok(decoded)
+}
+
+/// BLAKE3 hex, row count and byte count of a slice made of `frames`.
+pub fn summarize<'a>(frames: impl IntoIterator<Item = &'a [u8]>) -> (String, u64, u64) {
+    let mut h = SliceHasher::new();
+    for f in frames {
+        h.update(f);
+    }
+    (h.hex(), h.rows(), h.bytes())
+}

@@ -1,0 +1,58 @@
+//! The archive protocol as SQL functions, for the `retention_archiver` role. The public names
+//! are SQL wrappers in sql/api.sql that pin the output settings (so rows render to the same
+//! bytes in every session) and raise our typed errors.
+
+use crate::archive::batch;
+use crate::error::{outcome, OrReport};
+use pgrx::prelude::*;
+
+/// Claims a batch; `{"ok": uuid-or-null}`.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, public, pg_temp)]
+fn _claim_batch(policy: &str, max_rows: i32, lease: &str, owner: Option<&str>) -> pgrx::JsonB {
+    outcome(batch::claim(policy, max_rows, lease, owner))
+}
+
+/// The manifest of a batch.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, public, pg_temp)]
+fn _batch_manifest(batch: &str) -> pgrx::JsonB {
+    outcome(batch::manifest(batch))
+}
+
+/// The frames of a batch, in key order.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, public, pg_temp)]
+fn _batch_frames(batch: &str) -> SetOfIterator<'static, Vec<u8>> {
+    SetOfIterator::new(batch::batch_frames(batch).or_report())
+}
+
+/// Extends a lease; `{"ok": new end}`.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, public, pg_temp)]
+fn _extend_lease(batch: &str, lease: &str) -> pgrx::JsonB {
+    outcome(batch::extend_lease(batch, lease))
+}
+
+/// Releases a batch; `{"ok": released?}`.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, public, pg_temp)]
+fn _release_batch(batch: &str, reason: &str) -> pgrx::JsonB {
+    outcome(batch::release(batch, reason))
+}
+
+/// Verifies and prunes a batch; `{"ok": rows deleted}`.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, public, pg_temp)]
+fn _complete_batch(
+    batch: &str,
+    object_key: &str,
+    blake3: &str,
+    rows: i64,
+    bytes: i64,
+    owner: Option<&str>,
+) -> pgrx::JsonB {
+    outcome(batch::complete(
+        batch, object_key, blake3, rows, bytes, owner,
+    ))
+}

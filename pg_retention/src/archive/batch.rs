@@ -1,0 +1,437 @@
+//! The archive protocol: claim → frames/manifest → complete (or release / lease expiry).
+
+use super::render::{batch_rows, frames, key_array, key_match, pk_order};
+use crate::catalog::{active_holds, caller, query_json, Kind, LedgerEntry, Policy, RelationInfo};
+use crate::engine::eligible::{Eligibility, Guards};
+use crate::error::{Result, RetentionError};
+use pg_retention_format::{summarize, ColumnSpec, Manifest, FORMAT_VERSION};
+use pgrx::prelude::*;
+use serde::Deserialize;
+use serde_json::json;
+
+/// A row of `retention.batches`.
+#[derive(Debug, Deserialize)]
+struct Batch {
+    id: String,
+    policy_id: i64,
+    policy_version: i32,
+    relation: u32,
+    relation_name: String,
+    state: String,
+    owner: Option<String>,
+    rows: i64,
+    claimed_at: String,
+}
+
+fn load_batch(id: &str, lock: bool) -> Result<Batch> {
+    let sql = format!(
+        "SELECT jsonb_build_object('id', b.id::text, 'policy_id', b.policy_id, 'policy_version', b.policy_version,
+                'relation', b.relation::bigint, 'relation_name', b.relation_name, 'state', b.state,
+                'owner', b.owner, 'rows', b.rows,
+                'claimed_at', to_char(b.claimed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))
+           FROM retention.batches b WHERE b.id = $1::uuid {}",
+        if lock { "FOR UPDATE" } else { "" }
+    );
+    query_json(&sql, &[id.into()])?.ok_or_else(|| RetentionError::UnknownBatch(id.to_owned()))
+}
+
+/// The archive policy a batch belongs to, refusing one that is gone.
+fn batch_policy(b: &Batch) -> Result<(Policy, RelationInfo)> {
+    let policy = Policy::by_id(b.policy_id)?.ok_or_else(|| RetentionError::BatchState {
+        batch: b.id.clone(),
+        state: b.state.clone(),
+        message: "its policy was dropped".into(),
+    })?;
+    let rel = RelationInfo::load(b.relation, &b.relation_name)?;
+    Ok((policy, rel))
+}
+
+fn archive_policy(name: &str) -> Result<Policy> {
+    let policy = Policy::by_name(name)?;
+    if policy.action != "archive_then_delete" {
+        return Err(RetentionError::invalid(
+            format!("policy {name} is not an archive policy"),
+            format!("Its action is {}.", policy.action),
+            "Only archive_then_delete policies are claimed by archivers; delete policies are swept by retention.run and the worker.",
+        ));
+    }
+    if !policy.enabled {
+        return Err(RetentionError::WrongState {
+            message: format!("policy {name} is disabled"),
+            hint: "retention.enable_policy to archive again.".into(),
+        });
+    }
+    Ok(policy)
+}
+
+/// Ends the live batches of `policy_id` whose lease ran out; their rows become claimable.
+fn expire_leases(policy: &Policy) -> Result<()> {
+    let expired: Vec<(String, i64)> = query_json::<Vec<(String, i64)>>(
+        "WITH e AS (
+             UPDATE retention.batches SET state = 'expired', finished_at = now(), finish_reason = 'lease expired'
+              WHERE policy_id = $1 AND state = 'claimed' AND lease_until < now()
+          RETURNING id, rows),
+         d AS (DELETE FROM retention.batch_keys k USING e WHERE k.batch_id = e.id)
+         SELECT coalesce(jsonb_agg(jsonb_build_array(e.id::text, e.rows)), '[]') FROM e",
+        &[policy.id.into()],
+    )?
+    .unwrap_or_default();
+    for (batch, rows) in expired {
+        LedgerEntry {
+            method: "lease_expired",
+            policy: Some(policy),
+            relation: None,
+            rows,
+            hold_ids: vec![],
+            actor: &caller(),
+            run_id: None,
+            detail: json!({ "batch": batch }),
+        }
+        .append()?;
+    }
+    Ok(())
+}
+
+/// Claims up to `max_rows` eligible, unheld rows not in another live batch. None when there are
+/// none. Concurrent claims skip each other's rows (SKIP LOCKED) and never overlap.
+pub fn claim(
+    name: &str,
+    max_rows: i32,
+    lease: &str,
+    owner: Option<&str>,
+) -> Result<Option<String>> {
+    let policy = archive_policy(name)?;
+    if max_rows < 1 {
+        return Err(RetentionError::invalid(
+            format!("max_rows must be at least 1, got {max_rows}"),
+            "A batch holds at least one row.",
+            "Pass max_rows => 1000 or so.",
+        ));
+    }
+    let positive =
+        Spi::get_one_with_args::<bool>("SELECT $1::interval > interval '0'", &[lease.into()])?;
+    if positive != Some(true) {
+        return Err(RetentionError::invalid(
+            format!("lease must be a positive interval, got {lease}"),
+            "A batch is claimed for the length of its lease.",
+            "Pass lease => '10 minutes'.",
+        ));
+    }
+    expire_leases(&policy)?;
+    let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    let holds = active_holds(policy.relation)?;
+    let elig = Eligibility::new(&policy, &rel, &holds)?;
+    if elig.kind() != Kind::Age {
+        return Err(RetentionError::Internal(
+            "archive policies are age policies".into(),
+        ));
+    }
+    let batch = Spi::get_one_with_args::<String>(
+        "INSERT INTO retention.batches (policy_id, policy_version, relation, relation_name, state, owner, rows, lease_until)
+         VALUES ($1, $2, $3::bigint::oid, $4, 'claimed', $5, 0, now() + $6::interval) RETURNING id::text",
+        &[
+            policy.id.into(),
+            policy.version.into(),
+            i64::from(policy.relation).into(),
+            policy.relation_name.as_str().into(),
+            owner.into(),
+            lease.into(),
+        ],
+    )?
+    .ok_or_else(|| RetentionError::Internal("batch insert returned nothing".into()))?;
+    let key = key_array(&rel);
+    let claimed = Spi::get_one_with_args::<i64>(
+        &format!(
+            "WITH cand AS (
+                 SELECT {key} AS key FROM ONLY {table} t
+                  WHERE {eligible}
+                    AND NOT EXISTS (SELECT 1 FROM retention.batch_keys k WHERE k.relation = $2::bigint::oid AND k.key = {key})
+                  ORDER BY {order} LIMIT {max_rows}
+                    FOR UPDATE OF t SKIP LOCKED),
+             ins AS (INSERT INTO retention.batch_keys (relation, key, batch_id)
+                     SELECT $2::bigint::oid, cand.key, $1::uuid FROM cand ON CONFLICT DO NOTHING RETURNING 1)
+             SELECT count(*) FROM ins",
+            table = rel.qualified,
+            eligible = elig.age_predicate(Guards::ALL),
+            order = pk_order(&rel),
+        ),
+        &[batch.as_str().into(), i64::from(rel.oid).into()],
+    )?
+    .unwrap_or(0);
+    if claimed == 0 {
+        Spi::run_with_args(
+            "DELETE FROM retention.batches WHERE id = $1::uuid",
+            &[batch.as_str().into()],
+        )?;
+        return Ok(None);
+    }
+    Spi::run_with_args(
+        "UPDATE retention.batches SET rows = $2 WHERE id = $1::uuid",
+        &[batch.as_str().into(), claimed.into()],
+    )?;
+    LedgerEntry {
+        method: "claim",
+        policy: Some(&policy),
+        relation: None,
+        rows: claimed,
+        hold_ids: holds.iter().map(|h| h.id).collect(),
+        actor: owner.unwrap_or(&caller()),
+        run_id: None,
+        detail: json!({ "batch": batch, "lease": lease }),
+    }
+    .append()?;
+    Ok(Some(batch))
+}
+
+/// The frames of a batch, in key order: the slice is their concatenation.
+pub fn batch_frames(id: &str) -> Result<Vec<Vec<u8>>> {
+    let b = load_batch(id, false)?;
+    if b.state != "claimed" {
+        return Err(RetentionError::BatchState {
+            batch: b.id,
+            state: b.state,
+            message: "only a claimed batch has frames".into(),
+        });
+    }
+    let (_, rel) = batch_policy(&b)?;
+    frames(&batch_rows(&rel, id, false)?)
+}
+
+/// The manifest of a batch as it would be written next to its slice.
+pub fn manifest(id: &str) -> Result<Manifest> {
+    let b = load_batch(id, false)?;
+    let (policy, rel) = batch_policy(&b)?;
+    let framed = frames(&batch_rows(&rel, id, false)?)?;
+    let (blake3, rows, bytes) = summarize(framed.iter().map(Vec::as_slice));
+    let age = crate::sql_text::ident(policy.age_column.as_deref().unwrap_or_default());
+    let (age_min, age_max) = Spi::get_two_with_args::<String, String>(
+        &format!(
+            "SELECT format('%s', min(t.{age})), format('%s', max(t.{age})) FROM ONLY {table} t
+               JOIN retention.batch_keys k ON k.batch_id = $1::uuid AND {matches}",
+            table = rel.qualified,
+            matches = key_match(&rel)?,
+        ),
+        &[id.into()],
+    )?;
+    let database = Spi::get_one::<String>("SELECT current_database()::text")?.unwrap_or_default();
+    Ok(Manifest {
+        format: FORMAT_VERSION,
+        database,
+        relation: rel.qualified.clone(),
+        policy: policy.name.clone(),
+        policy_version: i64::from(b.policy_version),
+        batch: b.id,
+        columns: rel
+            .columns
+            .iter()
+            .map(|c| ColumnSpec {
+                name: c.name.clone(),
+                type_name: c.type_name.clone(),
+            })
+            .collect(),
+        key_columns: rel.pk.clone(),
+        rows,
+        bytes,
+        blake3,
+        age_min,
+        age_max,
+        created_at: b.claimed_at,
+        supersedes: None,
+    })
+}
+
+/// Extends the lease of a live batch; returns the new end of the lease.
+pub fn extend_lease(id: &str, lease: &str) -> Result<String> {
+    let b = load_batch(id, true)?;
+    if b.state != "claimed" {
+        return Err(RetentionError::BatchState {
+            batch: b.id,
+            state: b.state,
+            message: "its lease cannot be extended".into(),
+        });
+    }
+    Ok(Spi::get_one_with_args::<String>(
+        "UPDATE retention.batches SET lease_until = now() + $2::interval WHERE id = $1::uuid RETURNING lease_until::text",
+        &[id.into(), lease.into()],
+    )?
+    .unwrap_or_default())
+}
+
+/// Gives a batch up: its rows become claimable again. Releasing an ended batch is a no-op.
+pub fn release(id: &str, reason: &str) -> Result<bool> {
+    let b = load_batch(id, true)?;
+    if b.state != "claimed" {
+        return Ok(false);
+    }
+    Spi::run_with_args(
+        "UPDATE retention.batches SET state = 'released', finished_at = now(), finish_reason = $2 WHERE id = $1::uuid;",
+        &[id.into(), reason.into()],
+    )?;
+    Spi::run_with_args(
+        "DELETE FROM retention.batch_keys WHERE batch_id = $1::uuid",
+        &[id.into()],
+    )?;
+    let policy = Policy::by_id(b.policy_id)?;
+    LedgerEntry {
+        method: "release",
+        policy: policy.as_ref(),
+        relation: Some(&b.relation_name),
+        rows: b.rows,
+        hold_ids: vec![],
+        actor: b.owner.as_deref().unwrap_or(&caller()),
+        run_id: None,
+        detail: json!({ "batch": id, "reason": reason }),
+    }
+    .append()?;
+    Ok(true)
+}
+
+/// How many hold records the table has: the fence of a delete statement (see the sweep).
+fn hold_records(relation: u32) -> Result<i64> {
+    Ok(Spi::get_one_with_args::<i64>(
+        "SELECT count(*) FROM retention.hold_records WHERE relation = $1::bigint::oid",
+        &[i64::from(relation).into()],
+    )?
+    .unwrap_or(0))
+}
+
+/// Verifies and prunes a batch in the caller's transaction. Returns rows deleted; 0 for a
+/// batch that was already completed.
+pub fn complete(
+    id: &str,
+    object_key: &str,
+    blake3: &str,
+    rows: i64,
+    bytes: i64,
+    owner: Option<&str>,
+) -> Result<i64> {
+    let b = load_batch(id, true)?;
+    if b.state == "pruned" {
+        return Ok(0);
+    }
+    if b.state != "claimed" {
+        return Err(RetentionError::BatchState {
+            batch: b.id,
+            state: b.state,
+            message: "it cannot be completed; its rows may belong to another batch now".into(),
+        });
+    }
+    if let (Some(given), Some(claimed_by)) = (owner, b.owner.as_deref()) {
+        if given != claimed_by {
+            return Err(RetentionError::BatchState {
+                batch: b.id.clone(),
+                state: b.state.clone(),
+                message: format!("it was claimed by {claimed_by}, not {given}"),
+            });
+        }
+    }
+    if object_key.trim().is_empty() {
+        return Err(RetentionError::invalid(
+            "object_key must not be empty",
+            "The archive index records where the slice is.",
+            "Pass the key the slice was written under.",
+        ));
+    }
+    let (policy, rel) = batch_policy(&b)?;
+    // Lock the rows and render them exactly as the frames were rendered.
+    let current = frames(&batch_rows(&rel, id, true)?)?;
+    let (digest, n, nbytes) = summarize(current.iter().map(Vec::as_slice));
+    let mismatch = |reason: String| {
+        Err(RetentionError::ArchiveMismatch {
+            batch: b.id.clone(),
+            reason,
+        })
+    };
+    if n as i64 != b.rows {
+        return mismatch(format!(
+            "{} of its {} rows vanished since the claim",
+            b.rows - n as i64,
+            b.rows
+        ));
+    }
+    if n as i64 != rows || nbytes as i64 != bytes {
+        return mismatch(format!("the archive reports {rows} rows and {bytes} bytes, the rows now make {n} rows and {nbytes} bytes"));
+    }
+    if digest != blake3 {
+        return mismatch(format!("the rows now hash to {digest}, the archive to {blake3}: rows changed since they were archived"));
+    }
+    // Delete exactly the batch's keys that are still eligible and that no hold and no reference
+    // keeps, with the same hold fence as the sweep: a hold placed while we work makes us read
+    // the holds again.
+    let mut attempt = 0;
+    let (deleted, holds) = loop {
+        attempt += 1;
+        let seen = hold_records(rel.oid)?;
+        let holds = active_holds(rel.oid)?;
+        let elig = Eligibility::new(&policy, &rel, &holds)?;
+        let guard = elig.age_predicate(Guards::ALL);
+        let (deleted, fenced) = Spi::get_two_with_args::<i64, bool>(
+            &format!(
+                "WITH fence AS (SELECT count(*) > {seen} AS tripped FROM retention.hold_records WHERE relation = {oid}::oid),
+                      d AS (DELETE FROM ONLY {table} t USING retention.batch_keys k
+                             WHERE k.batch_id = $1::uuid AND {matches} AND {guards}
+                               AND NOT (SELECT tripped FROM fence) RETURNING 1)
+                 SELECT (SELECT count(*) FROM d), (SELECT tripped FROM fence)",
+                oid = rel.oid,
+                table = rel.qualified,
+                matches = key_match(&rel)?,
+                guards = guard,
+            ),
+            &[id.into()],
+        )?;
+        if fenced != Some(true) || attempt >= 5 {
+            break (deleted.unwrap_or(0), holds);
+        }
+    };
+    let kept = b.rows - deleted;
+    let archive_id = Spi::get_one_with_args::<i64>(
+        "INSERT INTO retention.archive_records (batch, policy, policy_version, relation, object_key, blake3, rows, bytes, deleted)
+         VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+        &[
+            id.into(),
+            policy.name.as_str().into(),
+            b.policy_version.into(),
+            rel.qualified.as_str().into(),
+            object_key.into(),
+            blake3.into(),
+            rows.into(),
+            bytes.into(),
+            deleted.into(),
+        ],
+    )?;
+    let actor = b.owner.clone().unwrap_or_else(caller);
+    let hold_ids: Vec<i64> = holds.iter().map(|h| h.id).collect();
+    LedgerEntry {
+        method: "prune",
+        policy: Some(&policy),
+        relation: None,
+        rows: deleted,
+        hold_ids: hold_ids.clone(),
+        actor: &actor,
+        run_id: None,
+        detail: json!({ "batch": id, "object_key": object_key, "blake3": blake3, "archive_id": archive_id, "kept": kept }),
+    }
+    .append_with_archive(archive_id)?;
+    if kept > 0 {
+        LedgerEntry {
+            method: "hold_skip",
+            policy: Some(&policy),
+            relation: None,
+            rows: kept,
+            hold_ids,
+            actor: &actor,
+            run_id: None,
+            detail: json!({ "batch": id, "reason": "archived but kept: held, still referenced or no longer eligible at prune time" }),
+        }
+        .append()?;
+    }
+    Spi::run_with_args(
+        "UPDATE retention.batches SET state = 'pruned', finished_at = now(), finish_reason = 'archived' WHERE id = $1::uuid",
+        &[id.into()],
+    )?;
+    Spi::run_with_args(
+        "DELETE FROM retention.batch_keys WHERE batch_id = $1::uuid",
+        &[id.into()],
+    )?;
+    Ok(deleted)
+}

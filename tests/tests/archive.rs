@@ -1,0 +1,481 @@
+//! Archive-then-prune inside the extension: fixpoint guards, claimed batches, deterministic
+//! frames, the digest-checked prune. The test plays the archiver's part through SQL.
+
+use pg_retention_format::{decode_frames, summarize, Row};
+use pg_retention_integration::{expect_error, scalar, Cluster};
+use postgres::Client;
+
+/// An audit table: rows 1..=n, every 5th still open (NULL closed_at); closed row g closed g days ago.
+fn audit(db: &mut Client, n: i64) {
+    db.batch_execute(&format!(
+        "CREATE TABLE audit (id bigint PRIMARY KEY, status text NOT NULL, closed_at timestamptz, note text);
+         INSERT INTO audit SELECT g, CASE WHEN g % 5 = 0 THEN 'open' ELSE 'closed' END,
+                CASE WHEN g % 5 = 0 THEN NULL ELSE now() - make_interval(days => g) END, 'note ' || g
+           FROM generate_series(1, {n}) g;
+         SELECT retention.add_policy(name => 'audit', relation => 'audit', kind => 'age', age_column => 'closed_at',
+                older_than => '30 days', terminal => $$status = 'closed'$$, action => 'archive_then_delete');"
+    ))
+    .unwrap();
+}
+
+fn claim(db: &mut Client, max_rows: i32) -> Option<String> {
+    db.query_one(
+        "SELECT retention.claim_batch('audit', $1)::text",
+        &[&max_rows],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// The slice of a batch as the archiver would write it, and its summary.
+fn slice(db: &mut Client, batch: &str) -> (Vec<u8>, String, i64, i64) {
+    let frames: Vec<Vec<u8>> = db
+        .query(
+            "SELECT f FROM retention.batch_frames($1::text::uuid) f",
+            &[&batch],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let (digest, rows, bytes) = summarize(frames.iter().map(Vec::as_slice));
+    (frames.concat(), digest, rows as i64, bytes as i64)
+}
+
+fn complete(
+    db: &mut Client,
+    batch: &str,
+    digest: &str,
+    rows: i64,
+    bytes: i64,
+) -> Result<i64, postgres::Error> {
+    db.query_one(
+        "SELECT retention.complete_batch($1::text::uuid, 'test/' || $1, $2, $3, $4)",
+        &[&batch, &digest, &rows, &bytes],
+    )
+    .map(|r| r.get(0))
+}
+
+fn batch_ids(db: &mut Client, batch: &str) -> Vec<i64> {
+    let (bytes, ..) = slice(db, batch);
+    decode_frames(&bytes)
+        .unwrap()
+        .iter()
+        .map(|r| r.key[0].as_deref().unwrap().parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn every_common_type_round_trips_through_frames() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE DOMAIN positive AS int CHECK (VALUE > 0);
+         CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+         CREATE TABLE t (id int PRIMARY KEY, a int2, b int4, c int8, d numeric, e text, f bytea, g bool,
+                         h timestamptz NOT NULL, i date, j interval, k uuid, l jsonb, m int[], n text[],
+                         o positive, p mood, q float8, done bool NOT NULL DEFAULT true);
+         INSERT INTO t VALUES
+           (1, -7, 2147483647, -9223372036854775808, 12345.678900, 'héllo wörld ✓ 😀', '\\x00ff10', true,
+            now() - interval '40 days', '2020-02-29', '1 year 2 mons 3 days 04:05:06.789', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
+            '{\"k\": [1, \"two\", null]}', '{1,NULL,3}', '{\"a b\",NULL,\"c,d\"}', 5, 'happy', 0.1, true),
+           (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, now() - interval '41 days', NULL, NULL, NULL, NULL, NULL, NULL,
+            NULL, NULL, NULL, true);
+         SELECT retention.add_policy(name => 'audit', relation => 't', kind => 'age', age_column => 'h',
+                older_than => '30 days', terminal => 'done', action => 'archive_then_delete');",
+    )
+    .unwrap();
+    let batch: String = db
+        .query_one("SELECT retention.claim_batch('audit')::text", &[])
+        .unwrap()
+        .get(0);
+    let (bytes, ..) = slice(&mut db, &batch);
+    let rows = decode_frames(&bytes).unwrap();
+    assert_eq!(rows.len(), 2);
+    // Expected: each column's text output under the settings the protocol pins.
+    db.batch_execute("SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD'; SET IntervalStyle = 'postgres'; SET extra_float_digits = 1; SET bytea_output = 'hex'").unwrap();
+    let expected: Vec<Row> = db
+        .query(
+            "SELECT ARRAY[id::text], ARRAY[format('%s', id), a::text, b::text, c::text, d::text, e, CASE WHEN f IS NULL THEN NULL ELSE format('%s', f) END,
+                    CASE WHEN g IS NULL THEN NULL ELSE format('%s', g) END, h::text, i::text, j::text, k::text, l::text, m::text, n::text,
+                    o::text, p::text, q::text, format('%s', done)] FROM t ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| Row { key: r.get::<_, Vec<Option<String>>>(0), columns: r.get::<_, Vec<Option<String>>>(1) })
+        .collect();
+    assert_eq!(rows, expected);
+    assert_eq!(rows[0].columns[5].as_deref(), Some("héllo wörld ✓ 😀"));
+    assert_eq!(
+        rows[0].columns[7].as_deref(),
+        Some("t"),
+        "booleans in output form"
+    );
+    let nulls: Vec<usize> = rows[1]
+        .columns
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.is_none())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        nulls,
+        (1..=7).chain(9..=17).collect::<Vec<_>>(),
+        "NULLs are nil, and only NULLs"
+    );
+    // Every value goes back through its type's input function to the same value.
+    for (i, col) in [
+        "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p", "q",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let text = rows[0].columns[i + 1].clone();
+        let ty = type_of(&mut db, col);
+        let same: bool = db
+            .query_one(
+                &format!("SELECT $1::text::{ty} IS NOT DISTINCT FROM {col} FROM t WHERE id = 1"),
+                &[&text],
+            )
+            .unwrap()
+            .get(0);
+        assert!(same, "column {col} does not round-trip: {text:?}");
+    }
+}
+
+fn type_of(db: &mut Client, col: &str) -> String {
+    db.query_one("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 't'::regclass AND attname = $1", &[&col])
+        .unwrap()
+        .get(0)
+}
+
+#[test]
+fn the_guard_refuses_updates_of_eligible_rows_and_allows_the_rest() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let (code, msg) = expect_error(&mut db, "UPDATE audit SET note = 'changed' WHERE id = 41");
+    assert_eq!(code, "RT501");
+    assert!(msg.contains("audit"), "{msg}");
+    db.batch_execute("UPDATE audit SET note = 'changed' WHERE id IN (3, 45)")
+        .unwrap();
+    db.batch_execute("DELETE FROM audit WHERE id = 41").unwrap();
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM audit WHERE note = 'changed'"),
+        2
+    );
+}
+
+#[test]
+fn the_check_refuses_a_terminal_row_without_age_and_registration_counts_violators() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 20);
+    let (code, _) = expect_error(
+        &mut db,
+        "INSERT INTO audit VALUES (1000, 'closed', NULL, 'x')",
+    );
+    assert_eq!(code, "23514");
+    db.batch_execute(
+        "CREATE TABLE dirty (id int PRIMARY KEY, status text, closed_at timestamptz);
+         INSERT INTO dirty VALUES (1, 'closed', NULL), (2, 'closed', NULL), (3, 'open', NULL);",
+    )
+    .unwrap();
+    let (code, msg) = expect_error(
+        &mut db,
+        "SELECT retention.add_policy(name => 'dirty', relation => 'dirty', kind => 'age', age_column => 'closed_at',
+                older_than => '1 day', terminal => $$status = 'closed'$$, action => 'archive_then_delete')",
+    );
+    assert_eq!(code, "23514");
+    assert!(msg.starts_with("2 rows"), "{msg}");
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.policies WHERE name = 'dirty'"
+        ),
+        0
+    );
+    // Dropping the policy removes both guards.
+    db.batch_execute("SELECT retention.drop_policy('audit'); INSERT INTO audit VALUES (1000, 'closed', NULL, 'x'); UPDATE audit SET note = 'y' WHERE id = 41").unwrap();
+}
+
+#[test]
+fn claim_frames_complete_deletes_exactly_the_batch_and_records_the_archive() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let batch = claim(&mut db, 10).unwrap();
+    let ids = batch_ids(&mut db, &batch);
+    assert_eq!(
+        ids,
+        vec![31, 32, 33, 34, 36, 37, 38, 39, 41, 42],
+        "eligible rows in key order"
+    );
+    let (_, digest, rows, bytes) = slice(&mut db, &batch);
+    let manifest: serde_json::Value = serde_json::from_str(
+        &db.query_one(
+            "SELECT retention.batch_manifest($1::text::uuid)::text",
+            &[&batch],
+        )
+        .unwrap()
+        .get::<_, String>(0),
+    )
+    .unwrap();
+    assert_eq!(manifest["blake3"].as_str(), Some(digest.as_str()));
+    assert_eq!(
+        (manifest["rows"].as_i64(), manifest["bytes"].as_i64()),
+        (Some(rows), Some(bytes))
+    );
+    assert_eq!(manifest["key_columns"], serde_json::json!(["id"]));
+    assert_eq!(complete(&mut db, &batch, &digest, rows, bytes).unwrap(), 10);
+    let left: Vec<i64> = db
+        .query(
+            "SELECT id FROM audit WHERE id BETWEEN 30 AND 43 ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, vec![30, 35, 40, 43]);
+    assert_eq!(
+        scalar(&mut db, "SELECT deleted FROM retention.archives"),
+        10
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT archive_id FROM retention.ledger WHERE method = 'prune'"
+        ),
+        scalar(&mut db, "SELECT id FROM retention.archives")
+    );
+    // Completing again is a no-op and cannot delete anything else.
+    assert_eq!(complete(&mut db, &batch, &digest, rows, bytes).unwrap(), 0);
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.archives"),
+        1
+    );
+    let (code, _) = expect_error(&mut db, "UPDATE retention.archive_records SET rows = 0");
+    assert_eq!(code, "RT401");
+}
+
+#[test]
+fn an_update_between_claim_and_complete_makes_complete_refuse_and_delete_nothing() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let batch = claim(&mut db, 10).unwrap();
+    let (_, digest, rows, bytes) = slice(&mut db, &batch);
+    // A superuser bypasses the guard trigger.
+    db.batch_execute("SET session_replication_role = replica; UPDATE audit SET note = 'sneaky' WHERE id = 33; RESET session_replication_role").unwrap();
+    let before = scalar(&mut db, "SELECT count(*) FROM audit");
+    let err = complete(&mut db, &batch, &digest, rows, bytes).unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("RT502"), "{err}");
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), before);
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.archives"),
+        0
+    );
+    // The archiver gives the batch up; the refusal is ledgered and the rows are claimable again.
+    db.batch_execute(&format!(
+        "SELECT retention.release_batch('{batch}', 'refused: rows changed')"
+    ))
+    .unwrap();
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'release' AND detail->>'reason' LIKE 'refused%'"), 1);
+    assert!(claim(&mut db, 10).is_some());
+}
+
+#[test]
+fn a_wrong_digest_or_count_is_refused() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let batch = claim(&mut db, 10).unwrap();
+    let (_, digest, rows, bytes) = slice(&mut db, &batch);
+    let wrong = blake3::hash(b"something else").to_hex().to_string();
+    for (d, r, b) in [
+        (wrong.as_str(), rows, bytes),
+        (digest.as_str(), rows - 1, bytes),
+        (digest.as_str(), rows, bytes + 1),
+    ] {
+        let err = complete(&mut db, &batch, d, r, b).unwrap_err();
+        assert_eq!(err.code().map(|c| c.code()), Some("RT502"), "{err}");
+    }
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), 100);
+    // A vanished row is refused too.
+    db.batch_execute("DELETE FROM audit WHERE id = 31").unwrap();
+    let err = complete(&mut db, &batch, &digest, rows, bytes).unwrap_err();
+    assert!(
+        err.to_string().contains("vanished")
+            || err
+                .as_db_error()
+                .is_some_and(|e| e.message().contains("vanished")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_hold_placed_after_the_claim_blocks_only_its_rows() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let batch = claim(&mut db, 10).unwrap();
+    let (_, digest, rows, bytes) = slice(&mut db, &batch);
+    let hold = scalar(
+        &mut db,
+        "SELECT retention.place_hold('audit', 'id IN (32, 37)', 'subpoena', 'legal')",
+    );
+    assert_eq!(complete(&mut db, &batch, &digest, rows, bytes).unwrap(), 8);
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM audit WHERE id IN (32, 37)"),
+        2
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM audit WHERE id IN (31, 33, 34, 36, 38, 39, 41, 42)"
+        ),
+        0
+    );
+    assert_eq!(scalar(&mut db, &format!("SELECT rows FROM retention.ledger WHERE method = 'hold_skip' AND {hold} = ANY (hold_ids)")), 2);
+}
+
+#[test]
+fn concurrent_claims_never_overlap() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 200);
+    let mut a = c.connect("postgres");
+    let mut b = c.connect("postgres");
+    let mut ta = a.transaction().unwrap();
+    let first: Option<String> = ta
+        .query_one("SELECT retention.claim_batch('audit', 20)::text", &[])
+        .unwrap()
+        .get(0);
+    // The first claim is not committed yet: its rows are locked, the second claim skips them.
+    let mut tb = b.transaction().unwrap();
+    let second: Option<String> = tb
+        .query_one("SELECT retention.claim_batch('audit', 20)::text", &[])
+        .unwrap()
+        .get(0);
+    tb.commit().unwrap();
+    ta.commit().unwrap();
+    let (first, second) = (first.unwrap(), second.unwrap());
+    let x = batch_ids(&mut db, &first);
+    let y = batch_ids(&mut db, &second);
+    assert_eq!((x.len(), y.len()), (20, 20));
+    assert!(
+        x.iter().all(|id| !y.contains(id)),
+        "batches overlap: {x:?} / {y:?}"
+    );
+    let third = claim(&mut db, 1000).unwrap();
+    let z = batch_ids(&mut db, &third);
+    assert!(z.iter().all(|id| !x.contains(id) && !y.contains(id)));
+}
+
+#[test]
+fn an_expired_lease_is_claimable_again_and_its_old_batch_cannot_complete() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let old: String = db
+        .query_one(
+            "SELECT retention.claim_batch('audit', 10, '1 second', 'archiver-a')::text",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let (_, digest, rows, bytes) = slice(&mut db, &old);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let new: String = db
+        .query_one(
+            "SELECT retention.claim_batch('audit', 10, '1 minute', 'archiver-b')::text",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        batch_ids(&mut db, &new),
+        vec![31, 32, 33, 34, 36, 37, 38, 39, 41, 42],
+        "the same rows, re-claimed"
+    );
+    let err = complete(&mut db, &old, &digest, rows, bytes).unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("RT503"), "{err}");
+    let err = db
+        .query_one(
+            "SELECT retention.complete_batch($1::text::uuid, 'k', $2, $3, $4, 'archiver-a')",
+            &[&new, &digest, &rows, &bytes],
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.code().map(|c| c.code()),
+        Some("RT503"),
+        "another owner cannot complete it"
+    );
+    assert_eq!(complete(&mut db, &new, &digest, rows, bytes).unwrap(), 10);
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'lease_expired'"
+        ),
+        1
+    );
+}
+
+#[test]
+fn the_delete_path_never_touches_archive_policy_rows() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let preview = db
+        .query_one(
+            "SELECT would_delete, backlog, archive_bytes_estimate FROM retention.preview('audit')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(preview.get::<_, i64>(0), 0);
+    let backlog: i64 = preview.get(1);
+    assert!(backlog > 0);
+    // The estimate comes from real frames: close to the real slice of all deletable rows.
+    let estimate: i64 = preview.get::<_, Option<i64>>(2).unwrap();
+    let batch = claim(&mut db, 1000).unwrap();
+    let (_, _, rows, bytes) = slice(&mut db, &batch);
+    assert_eq!(rows, backlog);
+    assert!(
+        (estimate - bytes).abs() * 10 < bytes,
+        "estimate {estimate} vs real {bytes}"
+    );
+    db.batch_execute(&format!(
+        "SELECT retention.release_batch('{batch}', 'test')"
+    ))
+    .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), 100);
+}
+
+#[test]
+fn the_archiver_role_runs_the_protocol_and_nothing_else() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    db.batch_execute("CREATE ROLE archiver LOGIN IN ROLE retention_archiver; SET ROLE archiver")
+        .unwrap();
+    let batch = claim(&mut db, 5).unwrap();
+    let (_, digest, rows, bytes) = slice(&mut db, &batch);
+    assert_eq!(complete(&mut db, &batch, &digest, rows, bytes).unwrap(), 5);
+    for sql in [
+        "SELECT retention.add_policy(name => 'x', relation => 'audit', kind => 'age', age_column => 'closed_at', older_than => '1 day')",
+        "SELECT retention.place_hold('audit', 'true', 'r', 'a')",
+        "DELETE FROM audit",
+        "SELECT count(*) FROM audit",
+        "CALL retention.run()",
+    ] {
+        let (code, _) = expect_error(&mut db, sql);
+        assert_eq!(code, "42501", "{sql}");
+    }
+    db.batch_execute("RESET ROLE; CREATE ROLE app LOGIN; SET ROLE app")
+        .unwrap();
+    let (code, _) = expect_error(&mut db, "SELECT retention.claim_batch('audit')");
+    assert_eq!(code, "42501", "only the archiver role may claim");
+}
