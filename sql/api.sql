@@ -462,6 +462,11 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT (retention._result(retention._claim_batch(policy, max_rows, lease::text, owner)) #>> '{}')::uuid $fn$;
 
+-- The enabled archive policies: what an archiver has to work on.
+CREATE FUNCTION retention.archive_policies() RETURNS SETOF text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+AS $fn$ SELECT p.name FROM retention.policies p WHERE p.enabled AND p.action = 'archive_then_delete' ORDER BY p.name $fn$;
+
 CREATE FUNCTION retention.batch_manifest(batch uuid) RETURNS jsonb
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
@@ -510,7 +515,10 @@ GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.batch_manifest(uuid),
     retention.batch_frames(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text),
-    retention.complete_batch(uuid, text, text, bigint, bigint, text)
+    retention.complete_batch(uuid, text, text, bigint, bigint, text), retention.archive_policies(),
+    retention.health()
     TO retention_archiver;
+-- One scrape of the archiver shows the whole system.
+GRANT SELECT ON retention.stats TO retention_archiver;
 -- The guard trigger runs as whoever updates a governed table.
 GRANT EXECUTE ON FUNCTION retention._fixpoint_guard() TO PUBLIC;

@@ -1,32 +1,152 @@
-//! Command-line surface of the archiver.
+//! Command-line surface of the archiver. Every option can also come from a `PG_RETENTION_*`
+//! environment variable or the TOML file given with `--config`, in that order of precedence.
 
-use clap::Parser;
-use std::process::ExitCode;
+use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
+use std::path::PathBuf;
 
 /// Archiver sidecar for pg_retention.
 ///
-/// Claims batches of archive-eligible rows from the extension, writes them to object storage as
-/// verified slices (create-only, read back and digest-checked), and only then asks the extension
-/// to delete exactly the rows it archived.
+/// Claims batches of archive-eligible rows from the extension, writes each as a slice plus a
+/// manifest to object storage (create-only), reads both back and checks their BLAKE3, and only
+/// then asks the extension to delete exactly the rows it archived.
 #[derive(Debug, Parser)]
 #[command(name = "pg-retention-archiver", version, about, long_about)]
-pub(crate) struct Cli {
-    /// Slice format version this binary writes.
-    #[arg(long)]
-    format_version: bool,
+pub struct Cli {
+    /// Options shared by every command.
+    #[command(flatten)]
+    pub options: Options,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
 }
 
-impl Cli {
-    /// Runs what the arguments ask for.
-    pub(crate) fn dispatch(self) -> ExitCode {
-        if self.format_version {
-            println!("{}", pg_retention_format::FORMAT_VERSION);
-        } else {
-            eprintln!(
-                "no command given; see --help (archive commands are not part of this build yet)"
-            );
-            return ExitCode::from(2);
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Archive forever: claim, write, verify, prune; sleep when nothing is eligible.
+    Run,
+    /// Archive until nothing is eligible (or --max-batches), then exit.
+    Once {
+        /// Stop after this many batches.
+        #[arg(long)]
+        max_batches: Option<u64>,
+    },
+    /// List the archive slices in the store.
+    Ls,
+    /// Print the manifest of a slice, by object key or batch id.
+    Inspect {
+        /// A slice or manifest key, or a batch id.
+        target: String,
+    },
+    /// Re-read slices and check them against their manifests and retention.archives.
+    Verify {
+        /// Every slice in the store.
+        #[arg(long, conflicts_with = "key")]
+        all: bool,
+        /// One slice key (or manifest key).
+        key: Option<String>,
+    },
+    /// Load one slice into a fresh table with the source's column types.
+    Restore {
+        /// The slice key (or manifest key, or batch id).
+        key: String,
+        /// Target table, `schema.table`; created when missing, refused when not empty.
+        #[arg(long)]
+        into: String,
+    },
+}
+
+/// Options; `None` means "not given here" so the next source can supply it.
+#[derive(Debug, Default, Clone, Args, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Options {
+    /// TOML file with any of these options (names with underscores).
+    #[arg(long, global = true, env = "PG_RETENTION_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Database connection, any form tokio-postgres accepts (URL or `host=... dbname=...`).
+    #[arg(long, global = true, env = "PG_RETENTION_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Object store URL: file:///path (default file://./archive), s3://bucket/prefix,
+    /// gs://bucket/prefix, az://container/prefix, memory://.
+    #[arg(long, global = true, env = "PG_RETENTION_STORE")]
+    pub store: Option<String>,
+    /// S3 endpoint (for S3-compatible servers).
+    #[arg(long, global = true, env = "PG_RETENTION_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region (default us-east-1).
+    #[arg(long, global = true, env = "AWS_REGION")]
+    pub s3_region: Option<String>,
+    /// S3 access key id.
+    #[arg(long, global = true, env = "AWS_ACCESS_KEY_ID")]
+    pub s3_access_key_id: Option<String>,
+    /// S3 secret access key (never logged).
+    #[arg(
+        long,
+        global = true,
+        env = "AWS_SECRET_ACCESS_KEY",
+        hide_env_values = true
+    )]
+    pub s3_secret_access_key: Option<String>,
+    /// Per-request timeout of the object store (default 30s).
+    #[arg(long, global = true, env = "PG_RETENTION_REQUEST_TIMEOUT")]
+    pub request_timeout: Option<String>,
+    /// Connect timeout of the object store and the database (default 5s).
+    #[arg(long, global = true, env = "PG_RETENTION_CONNECT_TIMEOUT")]
+    pub connect_timeout: Option<String>,
+    /// Retries per object-store request (default 3).
+    #[arg(long, global = true, env = "PG_RETENTION_MAX_RETRIES")]
+    pub max_retries: Option<usize>,
+    /// Total time one request may spend retrying (default 60s).
+    #[arg(long, global = true, env = "PG_RETENTION_RETRY_TIMEOUT")]
+    pub retry_timeout: Option<String>,
+    /// Name this archiver claims batches under; keep it stable across restarts so unfinished
+    /// batches are resumed (default: the host name).
+    #[arg(long, global = true, env = "PG_RETENTION_OWNER")]
+    pub owner: Option<String>,
+    /// Only these archive policies (comma list; default all).
+    #[arg(long, global = true, env = "PG_RETENTION_POLICIES")]
+    pub policies: Option<String>,
+    /// Most rows per batch (default 10000).
+    #[arg(long, global = true, env = "PG_RETENTION_BATCH_ROWS")]
+    pub batch_rows: Option<i32>,
+    /// Lease of a claimed batch (default 10m); extended while working.
+    #[arg(long, global = true, env = "PG_RETENTION_LEASE")]
+    pub lease: Option<String>,
+    /// Pause of `run` when nothing is eligible (default 30s).
+    #[arg(long, global = true, env = "PG_RETENTION_IDLE_SLEEP")]
+    pub idle_sleep: Option<String>,
+    /// Where `run` serves /metrics and /healthz (default 127.0.0.1:9187).
+    #[arg(long, global = true, env = "PG_RETENTION_METRICS_ADDR")]
+    pub metrics_addr: Option<String>,
+    /// Log format: human (default) or json.
+    #[arg(long, global = true, env = "PG_RETENTION_LOG_FORMAT")]
+    pub log_format: Option<String>,
+}
+
+impl Options {
+    /// Fills every option not given here from `other`.
+    pub fn or(self, other: Options) -> Options {
+        Options {
+            config: self.config.or(other.config),
+            database_url: self.database_url.or(other.database_url),
+            store: self.store.or(other.store),
+            s3_endpoint: self.s3_endpoint.or(other.s3_endpoint),
+            s3_region: self.s3_region.or(other.s3_region),
+            s3_access_key_id: self.s3_access_key_id.or(other.s3_access_key_id),
+            s3_secret_access_key: self.s3_secret_access_key.or(other.s3_secret_access_key),
+            request_timeout: self.request_timeout.or(other.request_timeout),
+            connect_timeout: self.connect_timeout.or(other.connect_timeout),
+            max_retries: self.max_retries.or(other.max_retries),
+            retry_timeout: self.retry_timeout.or(other.retry_timeout),
+            owner: self.owner.or(other.owner),
+            policies: self.policies.or(other.policies),
+            batch_rows: self.batch_rows.or(other.batch_rows),
+            lease: self.lease.or(other.lease),
+            idle_sleep: self.idle_sleep.or(other.idle_sleep),
+            metrics_addr: self.metrics_addr.or(other.metrics_addr),
+            log_format: self.log_format.or(other.log_format),
         }
-        ExitCode::SUCCESS
     }
 }

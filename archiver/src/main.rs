@@ -1,13 +1,113 @@
 //! `pg-retention-archiver`: writes verified archive slices to object storage and then asks the
-//! extension to prune exactly the rows it archived. This build carries the command-line shell;
-//! the archive commands arrive with the archiver issue.
-#![deny(missing_docs, unreachable_pub, rust_2018_idioms)]
+//! extension to prune exactly the rows it archived. `main` only parses, sets up logging and
+//! dispatches; each command lives in its module.
+#![deny(rust_2018_idioms)]
 
 mod cli;
+mod config;
+mod db;
+mod error;
+mod fault;
+mod keys;
+mod metrics;
+mod ops;
+mod pipeline;
+mod runner;
+mod store;
 
 use clap::Parser;
+use cli::{Cli, Command};
+use config::Settings;
+use error::{Error, Result};
+use std::process::ExitCode;
+use tokio_util::sync::CancellationToken;
 
-fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
-    cli.dispatch()
+fn init_logging(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: logs collected from a pipe stay plain text.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Cancels `token` on SIGTERM or SIGINT.
+fn cancel_on_signals(token: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGTERM");
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: finishing the batch in progress"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: finishing the batch in progress"),
+        }
+        token.cancel();
+    });
+}
+
+async fn dispatch(cli: Cli, settings: Settings) -> Result<()> {
+    match cli.command {
+        Command::Run => {
+            let token = CancellationToken::new();
+            cancel_on_signals(token.clone());
+            runner::run(settings, token).await
+        }
+        Command::Once { max_batches } => runner::once(settings, max_batches).await.map(|_| ()),
+        Command::Ls => ops::ls(&settings).await,
+        Command::Inspect { target } => ops::inspect(&settings, &target).await,
+        Command::Verify { all, key } => match ops::verify(&settings, all, key.as_deref()).await? {
+            0 => Ok(()),
+            n => Err(Error::Verify {
+                key: "(see above)".into(),
+                reason: format!("{n} slices failed verification"),
+            }),
+        },
+        Command::Restore { key, into } => {
+            let n = ops::restore(&settings, &key, &into).await?;
+            println!("restored {n} rows into {into}");
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match Settings::resolve(cli.options.clone()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("pg-retention-archiver: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    init_logging(settings.json_logs);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pg-retention-archiver: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(dispatch(cli, settings)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "pg-retention-archiver failed");
+            eprintln!("pg-retention-archiver: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }

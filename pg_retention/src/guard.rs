@@ -71,7 +71,7 @@ pub fn install(id: i64, spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
 
 /// Removes the guards of policy `id` from table `relation`, if both still exist.
 pub fn remove(id: i64, relation: u32) -> Result<()> {
-    let table = Spi::get_one_with_args::<String>(
+    let table = crate::catalog::optional_one::<String>(
         "SELECT c.oid::regclass::text FROM pg_class c WHERE c.oid = $1::bigint::oid",
         &[i64::from(relation).into()],
     )?;

@@ -2,6 +2,7 @@
 //! preloaded, and throwaway SeaweedFS (S3-compatible) servers. Both clean up on drop.
 #![deny(missing_docs, rust_2018_idioms)]
 
+pub mod archiver;
 pub mod cluster;
 pub mod ports;
 pub mod seaweed;

@@ -16,6 +16,7 @@ pub const SECRET_KEY: &str = "pg-retention-test-secret";
 /// A running SeaweedFS server.
 pub struct Seaweed {
     child: Child,
+    flags: Vec<String>,
     dir: PathBuf,
     s3_port: u16,
     /// The bucket made for this test.
@@ -54,22 +55,33 @@ impl Seaweed {
             format!("-s3.metricsPort={}", p[14]),
             format!("-debug.port={}", p[15]),
         ];
-        let child = Command::new("weed")
-            .arg("mini")
-            .args(&flags)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log handle"))
-            .stderr(log)
-            .spawn()
-            .expect("start `weed mini` (installed by scripts/setup)");
+        let flags: Vec<String> = flags.to_vec();
+        let child = spawn_weed(&flags, log);
         let mut server = Seaweed {
             child,
+            flags,
             dir,
             s3_port: p[0],
             bucket: bucket.to_owned(),
         };
         server.wait_for_bucket();
         server
+    }
+
+    /// Stops the server (the data directory stays).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the stopped server again on the same ports and data.
+    pub fn restart(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join("weed.log"))
+            .expect("weed log");
+        self.child = spawn_weed(&self.flags, log);
+        self.wait_for_bucket();
     }
 
     /// The S3 endpoint URL.
@@ -83,8 +95,11 @@ impl Seaweed {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("weed mini exited early ({status}); log:\n{}", self.log());
             }
-            if http_status(self.s3_port, "PUT", &format!("/{}", self.bucket)) == Some(200)
-                && http_status(self.s3_port, "GET", &format!("/{}", self.bucket)) == Some(200)
+            // 409: the bucket exists already (a restart).
+            if matches!(
+                http_status(self.s3_port, "PUT", &format!("/{}", self.bucket)),
+                Some(200 | 409)
+            ) && http_status(self.s3_port, "GET", &format!("/{}", self.bucket)) == Some(200)
             {
                 return;
             }
@@ -127,6 +142,17 @@ impl Seaweed {
             .build()
             .expect("build S3 client")
     }
+}
+
+fn spawn_weed(flags: &[String], log: std::fs::File) -> Child {
+    Command::new("weed")
+        .arg("mini")
+        .args(flags)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log handle"))
+        .stderr(log)
+        .spawn()
+        .expect("start `weed mini` (installed by scripts/setup)")
 }
 
 /// Sends one unauthenticated HTTP request and returns the status code.

@@ -58,14 +58,17 @@ fn _place_hold(relation: pg_sys::Oid, predicate: &str, reason: &str, actor: &str
 fn lift(hold_id: i64, actor: &str, reason: &str) -> Result<()> {
     non_empty(reason, "reason")?;
     non_empty(actor, "actor")?;
-    let (relation, lifted) = Spi::get_two_with_args::<String, bool>(
-        "SELECT h.relation_name, EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = h.id)
-           FROM retention.hold_records h WHERE h.id = $1",
+    let Some(relation) = crate::catalog::optional_one::<String>(
+        "SELECT h.relation_name FROM retention.hold_records h WHERE h.id = $1",
         &[hold_id.into()],
-    )?;
-    let Some(relation) = relation else {
+    )?
+    else {
         return Err(RetentionError::UnknownHold(hold_id));
     };
+    let lifted = Spi::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = $1)",
+        &[hold_id.into()],
+    )?;
     if lifted == Some(true) {
         return Err(RetentionError::WrongState {
             message: format!("hold {hold_id} is already lifted"),

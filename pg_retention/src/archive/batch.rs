@@ -1,7 +1,9 @@
 //! The archive protocol: claim → frames/manifest → complete (or release / lease expiry).
 
 use super::render::{batch_rows, frames, key_array, key_match, pk_order};
-use crate::catalog::{active_holds, caller, query_json, Kind, LedgerEntry, Policy, RelationInfo};
+use crate::catalog::{
+    active_holds, caller, optional_one, query_json, Kind, LedgerEntry, Policy, RelationInfo,
+};
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::error::{Result, RetentionError};
 use pg_retention_format::{summarize, ColumnSpec, Manifest, FORMAT_VERSION};
@@ -92,6 +94,34 @@ fn expire_leases(policy: &Policy) -> Result<()> {
     Ok(())
 }
 
+/// An archiver that restarts under the same owner name gets its own unfinished batch back
+/// (even when its lease ran out, as long as nobody else claimed the rows), with a new lease, so
+/// it can find its objects under the same keys instead of archiving the rows twice.
+fn resume(policy: &Policy, owner: &str, lease: &str) -> Result<Option<String>> {
+    let batch = optional_one::<String>(
+        "UPDATE retention.batches SET lease_until = now() + $3::interval
+          WHERE id = (SELECT id FROM retention.batches
+                       WHERE policy_id = $1 AND state = 'claimed' AND owner = $2
+                       ORDER BY claimed_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+          RETURNING id::text",
+        &[policy.id.into(), owner.into(), lease.into()],
+    )?;
+    if let Some(batch) = &batch {
+        LedgerEntry {
+            method: "resume",
+            policy: Some(policy),
+            relation: None,
+            rows: 0,
+            hold_ids: vec![],
+            actor: owner,
+            run_id: None,
+            detail: json!({ "batch": batch, "lease": lease }),
+        }
+        .append()?;
+    }
+    Ok(batch)
+}
+
 /// Claims up to `max_rows` eligible, unheld rows not in another live batch. None when there are
 /// none. Concurrent claims skip each other's rows (SKIP LOCKED) and never overlap.
 pub fn claim(
@@ -116,6 +146,11 @@ pub fn claim(
             "A batch is claimed for the length of its lease.",
             "Pass lease => '10 minutes'.",
         ));
+    }
+    if let Some(owner) = owner {
+        if let Some(batch) = resume(&policy, owner, lease)? {
+            return Ok(Some(batch));
+        }
     }
     expire_leases(&policy)?;
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
@@ -214,10 +249,17 @@ pub fn manifest(id: &str) -> Result<Manifest> {
         &[id.into()],
     )?;
     let database = Spi::get_one::<String>("SELECT current_database()::text")?.unwrap_or_default();
+    // Always schema-qualified, whatever the search path: object keys are built from it.
+    let relation = Spi::get_one_with_args::<String>(
+        "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE c.oid = $1::bigint::oid",
+        &[i64::from(rel.oid).into()],
+    )?
+    .unwrap_or_else(|| rel.qualified.clone());
     Ok(Manifest {
         format: FORMAT_VERSION,
         database,
-        relation: rel.qualified.clone(),
+        relation,
         policy: policy.name.clone(),
         policy_version: i64::from(b.policy_version),
         batch: b.id,

@@ -33,6 +33,21 @@ pub fn query_json<T: DeserializeOwned>(
     }
 }
 
+/// The first column of the first row of a statement, or None when it returns no row.
+pub fn optional_one<T: pgrx::datum::FromDatum + pgrx::datum::IntoDatum>(
+    sql: &str,
+    args: &[pgrx::datum::DatumWithOid<'_>],
+) -> Result<Option<T>> {
+    Ok(Spi::connect_mut(|client| {
+        let table = client.update(sql, Some(1), args)?;
+        if table.is_empty() {
+            Ok::<_, pgrx::spi::SpiError>(None)
+        } else {
+            table.first().get_one::<T>()
+        }
+    })?)
+}
+
 /// An active legal hold on a relation.
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct Hold {

@@ -1,0 +1,202 @@
+//! The archive protocol over one dedicated database connection.
+
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use pg_retention_format::Manifest;
+use std::str::FromStr;
+use std::time::Duration;
+use tokio_postgres::{Client, NoTls};
+
+/// A connection speaking the protocol.
+pub struct Db {
+    client: Client,
+}
+
+/// A verified archive as the extension recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveRecord {
+    /// Object key of the slice.
+    pub object_key: String,
+    /// BLAKE3 hex.
+    pub blake3: String,
+    /// Frames.
+    pub rows: i64,
+    /// Slice length.
+    pub bytes: i64,
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+impl Db {
+    /// Connects (with the configured connect timeout) and spawns the connection task.
+    pub async fn connect(settings: &Settings) -> Result<Db> {
+        let mut config = tokio_postgres::Config::from_str(settings.database()?)?;
+        config.connect_timeout(settings.connect_timeout);
+        if config.get_application_name().is_none() {
+            config.application_name("pg-retention-archiver");
+        }
+        let (client, connection) = config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::error!(error = %e, "database connection ended");
+            }
+        });
+        Ok(Db { client })
+    }
+
+    /// Whether the connection is gone.
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// The underlying client, for the operator commands.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Enabled archive policies.
+    pub async fn archive_policies(&self) -> Result<Vec<String>> {
+        let rows = self
+            .client
+            .query("SELECT p FROM retention.archive_policies() p", &[])
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    /// Claims a batch (or resumes this owner's unfinished one).
+    pub async fn claim(
+        &self,
+        policy: &str,
+        rows: i32,
+        lease: Duration,
+        owner: &str,
+    ) -> Result<Option<String>> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT retention.claim_batch($1, $2, make_interval(secs => $3), $4)::text",
+                &[&policy, &rows, &secs(lease), &owner],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// The batch's manifest.
+    pub async fn manifest(&self, batch: &str) -> Result<Manifest> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT retention.batch_manifest($1::text::uuid)::text",
+                &[&batch],
+            )
+            .await?;
+        Ok(serde_json::from_str(row.get::<_, &str>(0))?)
+    }
+
+    /// The batch's frames, in order.
+    pub async fn frames(&self, batch: &str) -> Result<Vec<Vec<u8>>> {
+        let rows = self
+            .client
+            .query(
+                "SELECT f FROM retention.batch_frames($1::text::uuid) f",
+                &[&batch],
+            )
+            .await?;
+        Ok(rows.into_iter().map(|r| r.get::<_, Vec<u8>>(0)).collect())
+    }
+
+    /// Extends the batch's lease.
+    pub async fn extend_lease(&self, batch: &str, lease: Duration) -> Result<()> {
+        self.client
+            .execute(
+                "SELECT retention.extend_lease($1::text::uuid, make_interval(secs => $2))",
+                &[&batch, &secs(lease)],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Gives a batch up with a reason (ledgered).
+    pub async fn release(&self, batch: &str, reason: &str) -> Result<bool> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT retention.release_batch($1::text::uuid, $2)",
+                &[&batch, &reason],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// Asks the extension to verify and prune the batch. Refusals become [`Error::Refused`].
+    pub async fn complete(
+        &self,
+        batch: &str,
+        key: &str,
+        blake3: &str,
+        rows: i64,
+        bytes: i64,
+        owner: &str,
+    ) -> Result<i64> {
+        let result = self
+            .client
+            .query_one(
+                "SELECT retention.complete_batch($1::text::uuid, $2, $3, $4, $5, $6)",
+                &[&batch, &key, &blake3, &rows, &bytes, &owner],
+            )
+            .await;
+        match result {
+            Ok(row) => Ok(row.get(0)),
+            Err(e) => match e.code().map(|c| c.code()) {
+                Some("RT502") | Some("RT503") => Err(Error::Refused {
+                    batch: batch.to_owned(),
+                    reason: e
+                        .as_db_error()
+                        .map(|d| d.message().to_owned())
+                        .unwrap_or_else(|| e.to_string()),
+                }),
+                _ => Err(e.into()),
+            },
+        }
+    }
+
+    /// The archive record of a batch, if it was completed.
+    pub async fn archive_record(&self, batch: &str) -> Result<Option<ArchiveRecord>> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT object_key, blake3, rows, bytes FROM retention.archives WHERE batch = $1::text::uuid",
+                &[&batch],
+            )
+            .await?;
+        Ok(row.map(|r| ArchiveRecord {
+            object_key: r.get(0),
+            blake3: r.get(1),
+            rows: r.get(2),
+            bytes: r.get(3),
+        }))
+    }
+
+    /// The slice key of a completed batch.
+    pub async fn key_of_batch(&self, batch: &str) -> Result<Option<String>> {
+        Ok(self.archive_record(batch).await?.map(|r| r.object_key))
+    }
+
+    /// Figures of the extension for /metrics: per policy (rows pruned, batches, backlog, healthy).
+    pub async fn extension_figures(&self) -> Result<Vec<(String, i64, i64, Option<i64>, bool)>> {
+        let rows = self
+            .client
+            .query(
+                "SELECT s.policy, s.rows_pruned_total, s.batches_total, s.backlog, coalesce(h.healthy, true)
+                   FROM retention.stats s LEFT JOIN retention.health() h ON h.policy = s.policy ORDER BY 1",
+                &[],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+            .collect())
+    }
+}

@@ -1,0 +1,69 @@
+//! The archiver's one error type, and how each maps to an exit code.
+
+/// Result with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What can go wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad flags, environment or configuration file.
+    #[error("configuration: {0}")]
+    Config(String),
+    /// The database refused or failed.
+    #[error("database: {}", db_message(.0))]
+    Db(#[from] tokio_postgres::Error),
+    /// The object store failed (after its retries).
+    #[error("object store: {0}")]
+    Store(#[from] object_store::Error),
+    /// An object at a batch's key holds other bytes than the batch's.
+    #[error("foreign occupant at {key}: {reason}")]
+    ForeignOccupant { key: String, reason: String },
+    /// An object read back does not match what was written or what the manifest says.
+    #[error("verification failed for {key}: {reason}")]
+    Verify { key: String, reason: String },
+    /// The extension refused to prune a batch.
+    #[error("batch {batch} refused: {reason}")]
+    Refused { batch: String, reason: String },
+    /// A restore target already has rows, or another operator-facing refusal.
+    #[error("{0}")]
+    Refusal(String),
+    /// Local I/O.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// Decoding a slice or manifest.
+    #[error("format: {0}")]
+    Format(#[from] pg_retention_format::FormatError),
+    /// JSON.
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl Error {
+    /// Process exit code: 2 configuration, 3 database, 4 object store, 5 refused or failed
+    /// verification (data safety), 1 anything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Config(_) => 2,
+            Error::Db(_) => 3,
+            Error::Store(_) => 4,
+            Error::ForeignOccupant { .. } | Error::Verify { .. } | Error::Refused { .. } => 5,
+            _ => 1,
+        }
+    }
+}
+
+/// The server's message, SQLSTATE and detail when there is one ("db error" alone says nothing).
+fn db_message(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => {
+            let mut m = format!("{} (SQLSTATE {})", d.message(), d.code().code());
+            if let Some(detail) = d.detail().filter(|s| !s.is_empty()) {
+                m.push_str(": ");
+                m.push_str(detail);
+            }
+            m
+        }
+        None => e.to_string(),
+    }
+}

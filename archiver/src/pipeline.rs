@@ -1,0 +1,234 @@
+//! One batch, start to finish: claim, render, write create-only, read back and verify, then ask
+//! the extension to prune. Anything short of a verified archive releases the batch; the
+//! extension never deletes a row this pipeline did not prove archived.
+
+use crate::config::Settings;
+use crate::db::Db;
+use crate::error::{Error, Result};
+use crate::fault;
+use crate::keys::{manifest_key, slice_key};
+use crate::metrics::Metrics;
+use crate::store::Store;
+use bytes::Bytes;
+use pg_retention_format::{summarize, verify_slice, Manifest};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// What a pass over one policy did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing eligible.
+    Idle,
+    /// A batch was archived and pruned.
+    Archived {
+        /// Rows in the slice.
+        rows: u64,
+        /// Rows the extension deleted (fewer when holds kept some).
+        deleted: i64,
+    },
+}
+
+/// Shared by every batch of one archiver process.
+pub struct Context {
+    /// Settings.
+    pub settings: Settings,
+    /// Protocol connection.
+    pub db: Arc<Db>,
+    /// Object store.
+    pub store: Store,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Archives one batch of `policy`.
+pub async fn archive_one(ctx: &Context, policy: &str) -> Result<Outcome> {
+    let s = &ctx.settings;
+    let Some(batch) = ctx
+        .db
+        .claim(policy, s.batch_rows, s.lease, &s.owner)
+        .await?
+    else {
+        return Ok(Outcome::Idle);
+    };
+    tracing::info!(policy, batch = %batch, "claimed a batch");
+    fault::point("after-claim");
+    let extender = spawn_lease_extender(ctx, policy, &batch);
+    let result = write_and_prune(ctx, policy, &batch).await;
+    extender.abort();
+    let m = &ctx.metrics;
+    match &result {
+        Ok(Outcome::Archived { rows, deleted }) => {
+            m.add(
+                "pg_retention_archiver_batches_total",
+                &[("policy", policy), ("outcome", "archived")],
+                1.0,
+            );
+            m.add(
+                "pg_retention_archiver_rows_archived_total",
+                &[("policy", policy)],
+                *rows as f64,
+            );
+            m.add(
+                "pg_retention_archiver_rows_deleted_total",
+                &[("policy", policy)],
+                *deleted as f64,
+            );
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0);
+            m.set(
+                "pg_retention_archiver_last_success_timestamp_seconds",
+                &[("policy", policy)],
+                now,
+            );
+        }
+        Ok(Outcome::Idle) => {}
+        Err(e) => {
+            let outcome = match e {
+                Error::Refused { .. } => "refused",
+                Error::ForeignOccupant { .. } | Error::Verify { .. } => "released",
+                _ => "failed",
+            };
+            if let Error::Verify { .. } = e {
+                m.add(
+                    "pg_retention_archiver_verify_failures_total",
+                    &[("policy", policy)],
+                    1.0,
+                );
+            }
+            if let Error::Store(_) | Error::ForeignOccupant { .. } = e {
+                let reason = if matches!(e, Error::Store(_)) {
+                    "request"
+                } else {
+                    "foreign_occupant"
+                };
+                m.add(
+                    "pg_retention_archiver_store_failures_total",
+                    &[("reason", reason)],
+                    1.0,
+                );
+            }
+            m.add(
+                "pg_retention_archiver_batches_total",
+                &[("policy", policy), ("outcome", outcome)],
+                1.0,
+            );
+            let reason = match e {
+                Error::Refused { .. } => format!("refused: {e}"),
+                _ => format!("archiver: {e}"),
+            };
+            // Best effort: when the database is unreachable the lease runs out instead.
+            match ctx.db.release(&batch, &reason).await {
+                Ok(_) => {
+                    tracing::warn!(policy, batch = %batch, error = %e, "batch released; nothing was deleted")
+                }
+                Err(re) => {
+                    tracing::error!(policy, batch = %batch, error = %e, release_error = %re, "batch not released; its lease will expire")
+                }
+            }
+        }
+    }
+    result
+}
+
+fn spawn_lease_extender(ctx: &Context, policy: &str, batch: &str) -> tokio::task::JoinHandle<()> {
+    let db = Arc::clone(&ctx.db);
+    let metrics = Arc::clone(&ctx.metrics);
+    let lease = ctx.settings.lease;
+    let (policy, batch) = (policy.to_owned(), batch.to_owned());
+    tokio::spawn(async move {
+        let every = (lease / 3).max(std::time::Duration::from_millis(200));
+        loop {
+            tokio::time::sleep(every).await;
+            match db.extend_lease(&batch, lease).await {
+                Ok(()) => metrics.add(
+                    "pg_retention_archiver_lease_extensions_total",
+                    &[("policy", policy.as_str())],
+                    1.0,
+                ),
+                Err(e) => tracing::warn!(batch = %batch, error = %e, "could not extend the lease"),
+            }
+        }
+    })
+}
+
+async fn write_and_prune(ctx: &Context, policy: &str, batch: &str) -> Result<Outcome> {
+    let manifest = ctx.db.manifest(batch).await?;
+    let frames = ctx.db.frames(batch).await?;
+    let (digest, rows, bytes) = summarize(frames.iter().map(Vec::as_slice));
+    if digest != manifest.blake3 || rows != manifest.rows || bytes != manifest.bytes {
+        return Err(Error::Verify {
+            key: batch.to_owned(),
+            reason: "the frames do not match the manifest the extension rendered a moment earlier"
+                .into(),
+        });
+    }
+    let slice = Bytes::from(frames.concat());
+    drop(frames);
+    let manifest_bytes = Bytes::from(serde_json::to_vec_pretty(&manifest)?);
+    let (skey, mkey) = (slice_key(&manifest), manifest_key(&manifest));
+    if fault::armed("mid-upload") {
+        // A store that kept half an object before the process died.
+        ctx.store
+            .overwrite(&skey, slice.slice(..slice.len() / 2))
+            .await?;
+        fault::point("mid-upload");
+    }
+    let written = ctx.store.put_create(&skey, slice.clone()).await?;
+    ctx.store.put_create(&mkey, manifest_bytes.clone()).await?;
+    tracing::info!(policy, batch, key = %skey, rows, bytes, resumed = (written != crate::store::Written::Created), "slice written");
+    fault::point("after-upload");
+    if fault::armed("corrupt-after-upload") {
+        let mut bad = slice.to_vec();
+        if let Some(b) = bad.get_mut(bytes as usize / 2) {
+            *b ^= 0x01;
+        }
+        ctx.store.overwrite(&skey, Bytes::from(bad)).await?;
+    }
+    verify_written(ctx, &skey, &mkey, &manifest, &manifest_bytes).await?;
+    fault::point("after-verify");
+    if fault::armed("pause-before-complete") {
+        // Leaves the fault suite a window to change rows or place holds before the prune.
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    }
+    let deleted = ctx
+        .db
+        .complete(
+            batch,
+            &skey,
+            &digest,
+            rows as i64,
+            bytes as i64,
+            &ctx.settings.owner,
+        )
+        .await?;
+    tracing::info!(policy, batch, rows, deleted, "batch verified and pruned");
+    Ok(Outcome::Archived { rows, deleted })
+}
+
+/// Reads both objects back: the slice must decode and hash to the manifest's digest and counts,
+/// and the manifest must be byte-identical to ours.
+async fn verify_written(
+    ctx: &Context,
+    skey: &str,
+    mkey: &str,
+    manifest: &Manifest,
+    manifest_bytes: &Bytes,
+) -> Result<()> {
+    let back = ctx.store.get(skey).await?;
+    verify_slice(&back, &manifest.blake3, manifest.rows, manifest.bytes).map_err(|e| {
+        Error::Verify {
+            key: skey.to_owned(),
+            reason: e.to_string(),
+        }
+    })?;
+    let mback = ctx.store.get(mkey).await?;
+    if mback != manifest_bytes {
+        return Err(Error::Verify {
+            key: mkey.to_owned(),
+            reason: "the manifest read back differs".into(),
+        });
+    }
+    Ok(())
+}

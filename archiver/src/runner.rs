@@ -1,0 +1,197 @@
+//! `run` and `once`: the archive loops, graceful shutdown, and the metrics endpoint.
+
+use crate::config::Settings;
+use crate::db::Db;
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::pipeline::{archive_one, Context, Outcome};
+use crate::store::Store;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+async fn context(settings: Settings) -> Result<Context> {
+    tracing::info!(
+        store = %settings.store,
+        database = %settings.database_for_logs(),
+        owner = %settings.owner,
+        request_timeout = ?settings.request_timeout,
+        connect_timeout = ?settings.connect_timeout,
+        max_retries = settings.max_retries,
+        retry_budget = ?settings.retry_timeout,
+        batch_rows = settings.batch_rows,
+        lease = ?settings.lease,
+        "pg-retention-archiver starting"
+    );
+    let store = Store::open(&settings)?;
+    let db = Arc::new(Db::connect(&settings).await?);
+    Ok(Context {
+        settings,
+        db,
+        store,
+        metrics: Arc::new(Metrics::default()),
+    })
+}
+
+async fn policies(ctx: &Context) -> Result<Vec<String>> {
+    let all = ctx.db.archive_policies().await?;
+    Ok(if ctx.settings.policies.is_empty() {
+        all
+    } else {
+        all.into_iter()
+            .filter(|p| ctx.settings.policies.contains(p))
+            .collect()
+    })
+}
+
+/// Archives until nothing is eligible or `max_batches` batches are done. Stops at the first
+/// batch that fails or is refused (after releasing it) and returns its error.
+pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
+    let ctx = context(settings).await?;
+    let mut done = 0u64;
+    'outer: loop {
+        let mut progressed = false;
+        for policy in policies(&ctx).await? {
+            if max_batches.is_some_and(|m| done >= m) {
+                break 'outer;
+            }
+            if let Outcome::Archived { .. } = archive_one(&ctx, &policy).await? {
+                done += 1;
+                progressed = true;
+            }
+        }
+        if !progressed {
+            break;
+        }
+    }
+    tracing::info!(batches = done, "nothing more to archive");
+    Ok(done)
+}
+
+/// Archives forever, until `shutdown` is cancelled. The batch in progress is always finished
+/// (or released) before stopping.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> {
+    let idle = settings.idle_sleep;
+    let addr = settings.metrics_addr.clone();
+    let ctx = Arc::new(context(settings).await?);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .map_err(|e| Error::Config(format!("cannot serve metrics on {addr}: {e}")))?;
+    tracing::info!(addr = %listener.local_addr()?, "serving /metrics and /healthz");
+    let server = tokio::spawn(serve(listener, Arc::clone(&ctx), shutdown.clone()));
+    let mut failures = 0u32;
+    while !shutdown.is_cancelled() {
+        let mut progressed = false;
+        let mut failed = false;
+        match policies(&ctx).await {
+            Ok(list) => {
+                for policy in list {
+                    if shutdown.is_cancelled() {
+                        break;
+                    }
+                    match archive_one(&ctx, &policy).await {
+                        Ok(Outcome::Archived { .. }) => progressed = true,
+                        Ok(Outcome::Idle) => {}
+                        Err(e) => {
+                            failed = true;
+                            ctx.metrics
+                                .add("pg_retention_archiver_batch_retries_total", &[], 1.0);
+                            tracing::error!(policy, error = %e, "batch failed; it will be retried");
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                failed = true;
+                tracing::error!(error = %e, "cannot list archive policies");
+            }
+        }
+        if ctx.db.is_closed() {
+            return Err(Error::Refusal(
+                "the database connection is gone; exiting so a supervisor restarts us".into(),
+            ));
+        }
+        let pause = if failed {
+            failures += 1;
+            Duration::from_secs(1u64 << failures.min(5)).min(idle.max(Duration::from_secs(1)))
+        } else {
+            failures = 0;
+            if progressed {
+                Duration::ZERO
+            } else {
+                idle
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+    tracing::info!("shutting down: no batch in progress");
+    server.abort();
+    Ok(())
+}
+
+/// A minimal HTTP/1.1 responder: GET /metrics and GET /healthz, one request per connection.
+async fn serve(listener: tokio::net::TcpListener, ctx: Arc<Context>, shutdown: CancellationToken) {
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            a = listener.accept() => a,
+        };
+        let Ok((mut socket, _)) = accepted else {
+            continue;
+        };
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            let n = match tokio::time::timeout(Duration::from_secs(5), socket.read(&mut buf)).await
+            {
+                Ok(Ok(n)) => n,
+                _ => return,
+            };
+            let request = String::from_utf8_lossy(&buf[..n]);
+            let path = request.split_whitespace().nth(1).unwrap_or("/");
+            let (status, body) = match path {
+                "/metrics" => ("200 OK", metrics_text(&ctx).await),
+                "/healthz" if !ctx.db.is_closed() => ("200 OK", "ok\n".to_owned()),
+                "/healthz" => (
+                    "503 Service Unavailable",
+                    "database connection lost\n".to_owned(),
+                ),
+                _ => ("404 Not Found", "not found\n".to_owned()),
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+        });
+    }
+}
+
+async fn metrics_text(ctx: &Context) -> String {
+    let mut extra = Vec::new();
+    match ctx.db.extension_figures().await {
+        Ok(rows) => {
+            for (policy, pruned, batches, backlog, healthy) in rows {
+                let l = || vec![("policy", policy.clone())];
+                extra.push(("pg_retention_policy_rows_pruned_total", l(), pruned as f64));
+                extra.push(("pg_retention_policy_batches_total", l(), batches as f64));
+                extra.push((
+                    "pg_retention_policy_backlog_rows",
+                    l(),
+                    backlog.unwrap_or(0) as f64,
+                ));
+                extra.push((
+                    "pg_retention_policy_healthy",
+                    l(),
+                    if healthy { 1.0 } else { 0.0 },
+                ));
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read retention.stats for /metrics"),
+    }
+    ctx.metrics.render(&extra)
+}

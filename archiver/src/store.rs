@@ -1,0 +1,250 @@
+//! The object store: built from a URL with explicit timeouts and a bounded retry budget, and
+//! the create-only write that tells a retried write of ours from a foreign occupant.
+
+use crate::config::Settings;
+use crate::error::{Error, Result};
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig};
+use std::sync::Arc;
+
+/// An object store plus the key prefix every object of ours lives under.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<dyn ObjectStore>,
+    prefix: String,
+}
+
+/// What a create-only write found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Written {
+    /// The object is new.
+    Created,
+    /// An object with exactly these bytes was there already (a retried write that had succeeded).
+    AlreadyIdentical,
+}
+
+fn split_bucket(rest: &str) -> (String, String) {
+    let mut parts = rest.splitn(2, '/');
+    let bucket = parts.next().unwrap_or_default().to_owned();
+    let prefix = parts
+        .next()
+        .unwrap_or_default()
+        .trim_matches('/')
+        .to_owned();
+    (bucket, prefix)
+}
+
+impl Store {
+    /// Opens the store named by `settings.store`.
+    pub fn open(settings: &Settings) -> Result<Store> {
+        let url = settings.store.as_str();
+        let client = ClientOptions::new()
+            .with_timeout(settings.request_timeout)
+            .with_connect_timeout(settings.connect_timeout)
+            .with_allow_http(
+                settings
+                    .s3_endpoint
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("http://")),
+            );
+        let retry = RetryConfig {
+            max_retries: settings.max_retries,
+            retry_timeout: settings.retry_timeout,
+            ..RetryConfig::default()
+        };
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+            Error::Config(format!(
+                "store {url:?} is not a URL (file:///path, s3://bucket/prefix, ...)"
+            ))
+        })?;
+        let (inner, prefix): (Arc<dyn ObjectStore>, String) = match scheme {
+            "file" => {
+                std::fs::create_dir_all(rest)?;
+                let root = std::fs::canonicalize(rest)?;
+                (
+                    Arc::new(object_store::local::LocalFileSystem::new_with_prefix(root)?),
+                    String::new(),
+                )
+            }
+            "memory" => (
+                Arc::new(object_store::memory::InMemory::new()),
+                rest.trim_matches('/').to_owned(),
+            ),
+            "s3" => {
+                let (bucket, prefix) = split_bucket(rest);
+                let mut b = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_region(&settings.s3_region)
+                    .with_client_options(client)
+                    .with_retry(retry);
+                if let Some(endpoint) = &settings.s3_endpoint {
+                    b = b
+                        .with_endpoint(endpoint)
+                        .with_virtual_hosted_style_request(false);
+                }
+                if let Some((key, secret)) = &settings.s3_credentials {
+                    b = b.with_access_key_id(key).with_secret_access_key(secret);
+                }
+                (Arc::new(b.build()?), prefix)
+            }
+            "gs" => {
+                let (bucket, prefix) = split_bucket(rest);
+                let b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_client_options(client)
+                    .with_retry(retry);
+                (Arc::new(b.build()?), prefix)
+            }
+            "az" => {
+                let (container, prefix) = split_bucket(rest);
+                let b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_container_name(container)
+                    .with_client_options(client)
+                    .with_retry(retry);
+                (Arc::new(b.build()?), prefix)
+            }
+            other => return Err(Error::Config(format!("unknown store scheme {other:?}"))),
+        };
+        Ok(Store { inner, prefix })
+    }
+
+    /// The full path of a key relative to the prefix.
+    pub fn path(&self, key: &str) -> Path {
+        if self.prefix.is_empty() {
+            Path::from(key)
+        } else {
+            Path::from(format!("{}/{key}", self.prefix))
+        }
+    }
+
+    /// A key relative to the prefix, from a full path.
+    fn relative(&self, path: &Path) -> String {
+        let full = path.to_string();
+        match full.strip_prefix(&format!("{}/", self.prefix)) {
+            Some(rel) if !self.prefix.is_empty() => rel.to_owned(),
+            _ => full,
+        }
+    }
+
+    /// Writes `bytes` at `key` only if nothing is there. An existing object with the same bytes
+    /// is accepted with a warning; one with other bytes is a foreign occupant.
+    pub async fn put_create(&self, key: &str, bytes: Bytes) -> Result<Written> {
+        let path = self.path(key);
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self
+            .inner
+            .put_opts(&path, PutPayload::from(bytes.clone()), opts)
+            .await
+        {
+            Ok(_) => Ok(Written::Created),
+            Err(object_store::Error::AlreadyExists { .. }) => {
+                let occupant = self.get(key).await?;
+                if occupant == bytes {
+                    tracing::warn!(
+                        key,
+                        "object already present with identical bytes; accepting it"
+                    );
+                    Ok(Written::AlreadyIdentical)
+                } else {
+                    Err(Error::ForeignOccupant {
+                        key: key.to_owned(),
+                        reason: format!(
+                            "{} bytes there, {} bytes ours, and they differ",
+                            occupant.len(),
+                            bytes.len()
+                        ),
+                    })
+                }
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Overwrites `key` (fault injection only: production writes are create-only).
+    pub async fn overwrite(&self, key: &str, bytes: Bytes) -> Result<()> {
+        self.inner
+            .put(&self.path(key), PutPayload::from(bytes))
+            .await?;
+        Ok(())
+    }
+
+    /// Reads a whole object.
+    pub async fn get(&self, key: &str) -> Result<Bytes> {
+        Ok(self.inner.get(&self.path(key)).await?.bytes().await?)
+    }
+
+    /// Whether an object exists.
+    pub async fn exists(&self, key: &str) -> Result<bool> {
+        match self.inner.head(&self.path(key)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every manifest key under the prefix, sorted.
+    pub async fn manifests(&self) -> Result<Vec<String>> {
+        let prefix = if self.prefix.is_empty() {
+            None
+        } else {
+            Some(Path::from(self.prefix.as_str()))
+        };
+        let mut keys: Vec<String> = self
+            .inner
+            .list(prefix.as_ref())
+            .try_filter(|m| futures::future::ready(m.location.as_ref().ends_with(".manifest.json")))
+            .map_ok(|m| self.relative(&m.location))
+            .try_collect()
+            .await?;
+        keys.sort();
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Options;
+
+    fn memory() -> Store {
+        let o = Options {
+            store: Some("memory://pfx".into()),
+            ..Default::default()
+        };
+        Store::open(&Settings::resolve(o).unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn create_only_accepts_an_identical_occupant_and_refuses_a_foreign_one() {
+        let s = memory();
+        assert_eq!(
+            s.put_create("a/b.slice", Bytes::from_static(b"one"))
+                .await
+                .unwrap(),
+            Written::Created
+        );
+        assert_eq!(
+            s.put_create("a/b.slice", Bytes::from_static(b"one"))
+                .await
+                .unwrap(),
+            Written::AlreadyIdentical
+        );
+        assert!(matches!(
+            s.put_create("a/b.slice", Bytes::from_static(b"two")).await,
+            Err(Error::ForeignOccupant { .. })
+        ));
+        assert_eq!(&s.get("a/b.slice").await.unwrap()[..], b"one");
+        s.put_create("a/b.manifest.json", Bytes::from_static(b"{}"))
+            .await
+            .unwrap();
+        assert_eq!(
+            s.manifests().await.unwrap(),
+            vec!["a/b.manifest.json".to_string()]
+        );
+    }
+}

@@ -1,0 +1,94 @@
+//! Running the real `pg-retention-archiver` binary against a test cluster and store.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+
+/// The archiver binary built for this workspace (built on demand when missing).
+pub fn binary() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bin = target.join("debug").join("pg-retention-archiver");
+    if !bin.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "pg-retention-archiver"])
+            .current_dir(&root)
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the archiver failed");
+    }
+    bin
+}
+
+/// A configured archiver invocation.
+#[derive(Clone)]
+pub struct Archiver {
+    /// Connection string.
+    pub database_url: String,
+    /// Store URL.
+    pub store: String,
+    /// Extra environment (S3 endpoint, credentials, fault points, ...).
+    pub env: Vec<(String, String)>,
+    /// Owner name.
+    pub owner: String,
+}
+
+impl Archiver {
+    /// An archiver for `database_url` writing to `store`.
+    pub fn new(database_url: &str, store: &str) -> Archiver {
+        Archiver {
+            database_url: database_url.into(),
+            store: store.into(),
+            env: vec![],
+            owner: "test-archiver".into(),
+        }
+    }
+
+    /// Adds an environment variable.
+    pub fn with_env(mut self, k: &str, v: &str) -> Archiver {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// The command with settings in the environment and `args` as flags.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(binary());
+        c.args(args)
+            .env("PG_RETENTION_DATABASE_URL", &self.database_url)
+            .env("PG_RETENTION_STORE", &self.store)
+            .env("PG_RETENTION_OWNER", &self.owner)
+            .env("PG_RETENTION_LEASE", "30s")
+            .env("PG_RETENTION_IDLE_SLEEP", "1s")
+            .env("RUST_BACKTRACE", "0")
+            .stdin(Stdio::null());
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    /// Runs to completion and returns the output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("start the archiver")
+    }
+
+    /// Starts in the background.
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the archiver")
+    }
+}
+
+/// stdout + stderr of a finished run, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}

@@ -1,0 +1,507 @@
+//! The archiver binary end to end against a real cluster, on the file:// store and on a real
+//! S3-compatible server, plus the fault suite: after every fault, no row is deleted without a
+//! verified archive and no row is lost.
+
+use pg_retention_integration::archiver::{text, Archiver};
+use pg_retention_integration::seaweed::{ACCESS_KEY, SECRET_KEY};
+use pg_retention_integration::{scalar, Cluster, Seaweed};
+use postgres::Client;
+use std::path::PathBuf;
+
+const ELIGIBLE: &str = "status = 'closed' AND closed_at < now() - interval '30 days'";
+
+/// An audit table of `n` rows of mixed types; about 60% are archive-eligible. `expected` keeps
+/// a copy of the eligible rows to compare restores with.
+fn mixed_audit(db: &mut Client, n: i64) {
+    db.batch_execute(&format!(
+        "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+         CREATE DOMAIN positive AS int CHECK (VALUE > 0);
+         CREATE TABLE audit (id bigint PRIMARY KEY, status text NOT NULL, closed_at timestamptz, amount numeric(12,2),
+                             note text, flag bool, data jsonb, tags text[], raw bytea, day date, span interval,
+                             ref uuid, mood mood, level positive);
+         INSERT INTO audit
+         SELECT g, CASE WHEN g % 10 = 0 THEN 'open' ELSE 'closed' END,
+                CASE WHEN g % 10 = 0 THEN NULL ELSE now() - make_interval(days => g % 90, hours => 12) END,
+                g * 1.25, CASE WHEN g % 7 = 0 THEN NULL ELSE 'note ✓ ' || g || E'\\twith tab' END,
+                CASE WHEN g % 7 = 0 THEN NULL ELSE g % 2 = 0 END,
+                jsonb_build_object('g', g, 'nested', jsonb_build_array(g, 'x')),
+                CASE WHEN g % 7 = 0 THEN NULL ELSE ARRAY['a' || g, NULL, 'b,c'] END,
+                decode(md5(g::text), 'hex'), DATE '2020-01-01' + g, make_interval(mins => g),
+                md5(g::text)::uuid, (ARRAY['sad', 'ok', 'happy'])[1 + g % 3]::mood, 1 + g % 50
+           FROM generate_series(1, {n}) g;
+         SELECT retention.add_policy(name => 'audit', relation => 'audit', kind => 'age', age_column => 'closed_at',
+                older_than => '30 days', terminal => $$status = 'closed'$$, action => 'archive_then_delete');
+         CREATE TABLE expected AS SELECT * FROM audit WHERE {ELIGIBLE};"
+    ))
+    .unwrap();
+}
+
+fn eligible(db: &mut Client) -> i64 {
+    scalar(db, &format!("SELECT count(*) FROM audit WHERE {ELIGIBLE}"))
+}
+
+fn total(db: &mut Client) -> i64 {
+    scalar(db, "SELECT count(*) FROM audit")
+}
+
+/// The rows of `expected` that are in the table no more are exactly the rows archived.
+fn assert_nothing_lost(db: &mut Client) {
+    let missing = scalar(
+        db,
+        "SELECT count(*) FROM expected e WHERE NOT EXISTS (SELECT 1 FROM audit a WHERE a.id = e.id)",
+    );
+    let archived = scalar(
+        db,
+        "SELECT coalesce(sum(deleted), 0)::bigint FROM retention.archives",
+    );
+    assert_eq!(
+        missing, archived,
+        "every deleted row is in a verified archive, and only those are deleted"
+    );
+    assert_eq!(
+        scalar(db, "SELECT count(*) FROM audit a WHERE NOT (status = 'closed' AND closed_at < now() - interval '30 days')"),
+        scalar(db, "SELECT count(*) FROM (SELECT 1 FROM audit) x") - eligible(db),
+        "no ineligible row was touched"
+    );
+}
+
+fn file_store() -> (PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!(
+        "pg-retention-archive-{}-{}",
+        std::process::id(),
+        pg_retention_integration::ports::free_ports(1)[0]
+    ));
+    let url = format!("file://{}", dir.display());
+    (dir, url)
+}
+
+fn slice_keys(a: &Archiver) -> Vec<String> {
+    let o = a.run(&["ls"]);
+    assert!(o.status.success(), "{}", text(&o));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// archive → verify → restore every slice and compare with what was pruned.
+fn round_trip(c: &Cluster, a: &Archiver) {
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 3000);
+    let want = eligible(&mut db);
+    assert!(want > 1000);
+    let o = a.run(&["once", "--batch-rows", "700"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        eligible(&mut db),
+        0,
+        "every eligible row was archived and pruned"
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT sum(deleted)::bigint FROM retention.archives"
+        ),
+        want
+    );
+    assert_nothing_lost(&mut db);
+    let o = a.run(&["verify", "--all"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let keys = slice_keys(a);
+    assert_eq!(
+        keys.len() as i64,
+        scalar(&mut db, "SELECT count(*) FROM retention.archives")
+    );
+    let mut union = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let o = a.run(&["restore", key, "--into", &format!("public.restored_{i}")]);
+        assert!(o.status.success(), "{}", text(&o));
+        union.push(format!("SELECT * FROM restored_{i}"));
+    }
+    let restored = union.join(" UNION ALL ");
+    assert_eq!(
+        scalar(&mut db, &format!("SELECT count(*) FROM ({restored}) r")),
+        want
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            &format!("SELECT count(*) FROM (SELECT * FROM expected EXCEPT ALL ({restored})) d")
+        ),
+        0
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            &format!("SELECT count(*) FROM (({restored}) EXCEPT ALL SELECT * FROM expected) d")
+        ),
+        0
+    );
+    // A second restore into a table that has rows is refused.
+    let o = a.run(&["restore", &keys[0], "--into", "public.restored_0"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("already has"), "{}", text(&o));
+}
+
+#[test]
+fn archive_then_prune_restore_and_verify_on_the_file_store() {
+    let c = Cluster::start(&[]);
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.url("postgres"), &url);
+    round_trip(&c, &a);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn archive_then_prune_restore_and_verify_on_s3() {
+    let c = Cluster::start(&[]);
+    let s3 = Seaweed::start("archive");
+    let a = Archiver::new(&c.url("postgres"), "s3://archive/pg")
+        .with_env("PG_RETENTION_S3_ENDPOINT", &s3.endpoint())
+        .with_env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .with_env("AWS_SECRET_ACCESS_KEY", SECRET_KEY);
+    round_trip(&c, &a);
+}
+
+#[test]
+fn metrics_and_health_are_served_and_sigterm_stops_cleanly() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 500);
+    let (dir, url) = file_store();
+    // Port 0: the archiver binds a free port and logs it, so no other test can take it first.
+    let a = Archiver::new(&c.url("postgres"), &url)
+        .with_env("PG_RETENTION_METRICS_ADDR", "127.0.0.1:0");
+    let mut child = a.spawn(&["run", "--log-format", "json"]);
+    let stderr = child.stderr.take().unwrap();
+    let (addr_tx, addr_rx) = std::sync::mpsc::channel::<u16>();
+    let logs = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            if line.contains("serving /metrics") {
+                let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+                let addr = v["fields"]["addr"].as_str().unwrap_or_default().to_owned();
+                if let Some(port) = addr.rsplit(':').next().and_then(|p| p.parse().ok()) {
+                    let _ = addr_tx.send(port);
+                }
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let port = addr_rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the archiver logs its metrics address");
+    assert!(
+        c.wait_until(std::time::Duration::from_secs(60), || eligible(
+            &mut c.connect("postgres")
+        ) == 0)
+    );
+    let get = |path: &str| -> String {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(get("/healthz").starts_with("HTTP/1.1 200"));
+    let response = get("/metrics");
+    let body = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let archived = scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "pg_retention_archiver_batches_total"
+                && s.labels.get("outcome") == Some("archived")
+        })
+        .expect("archived batches counted");
+    assert!(matches!(archived.value, prometheus_parse::Value::Counter(v) if v >= 1.0));
+    assert!(scrape
+        .samples
+        .iter()
+        .any(|s| s.metric == "pg_retention_policy_healthy"
+            && s.labels.get("policy") == Some("audit")));
+    assert!(
+        !body.contains(SECRET_KEY) && !body.contains(".slice"),
+        "no keys or secrets in labels"
+    );
+    // SIGTERM: graceful stop, exit 0.
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let stderr = logs.join().unwrap();
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with('{') && l.contains("shutting down")),
+        "json logs: {stderr}"
+    );
+    assert!(!stderr.contains("secret"), "no credentials logged");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A fault that kills the archiver at `point`; then a new archiver (same owner) finishes.
+fn killed_at(point: &str) {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 400);
+    let before = total(&mut db);
+    let want = eligible(&mut db);
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.url("postgres"), &url);
+    let o = a
+        .clone()
+        .with_env("PG_RETENTION_ARCHIVER_FAULT", point)
+        .run(&["once"]);
+    assert!(
+        !o.status.success(),
+        "the fault must kill the archiver at {point}"
+    );
+    assert_eq!(
+        total(&mut db),
+        before,
+        "{point}: nothing deleted by a killed archiver"
+    );
+    // A new archiver finishes the work. Mid-upload leaves a half object that must be refused
+    // first (foreign occupant), and the next pass claims the rows into a new batch.
+    let mut o = a.run(&["once"]);
+    if point == "mid-upload" {
+        assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+        assert!(text(&o).contains("foreign occupant"), "{}", text(&o));
+        assert_eq!(total(&mut db), before);
+        o = a.run(&["once"]);
+    }
+    assert!(o.status.success(), "{point}: {}", text(&o));
+    assert_eq!(eligible(&mut db), 0);
+    assert_eq!(total(&mut db), before - want);
+    assert_nothing_lost(&mut db);
+    // No duplicate archives of the same rows: one manifest per archive record.
+    assert_eq!(
+        slice_keys(&a).len() as i64,
+        scalar(&mut db, "SELECT count(*) FROM retention.archives")
+    );
+    let o = a.run(&["verify", "--all"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !text(&o).contains("never pruned"),
+        "no orphan slices: {}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn killed_after_claim_a_new_archiver_finishes_without_duplicates() {
+    killed_at("after-claim");
+}
+
+#[test]
+fn killed_mid_upload_the_partial_object_is_never_trusted() {
+    killed_at("mid-upload");
+}
+
+#[test]
+fn killed_after_upload_before_verify_the_batch_completes_without_reupload() {
+    killed_at("after-upload");
+}
+
+#[test]
+fn killed_after_verify_before_complete_the_batch_completes_without_reupload() {
+    killed_at("after-verify");
+}
+
+#[test]
+fn a_foreign_object_at_the_batch_key_fails_the_batch_and_prunes_nothing() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 300);
+    let before = total(&mut db);
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.url("postgres"), &url);
+    // Claim as the archiver's owner, then put someone else's bytes where its slice will go.
+    let batch: String = db
+        .query_one(
+            "SELECT retention.claim_batch('audit', 10000, '1 minute', 'test-archiver')::text",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let m: serde_json::Value = serde_json::from_str(
+        &db.query_one(
+            "SELECT retention.batch_manifest($1::text::uuid)::text",
+            &[&batch],
+        )
+        .unwrap()
+        .get::<_, String>(0),
+    )
+    .unwrap();
+    let created = m["created_at"].as_str().unwrap();
+    let key = format!(
+        "{}/{}/{}/{}/{}/{batch}.slice",
+        m["database"].as_str().unwrap(),
+        m["relation"].as_str().unwrap(),
+        &created[0..4],
+        &created[5..7],
+        &created[8..10]
+    );
+    let path = dir.join(&key);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, b"someone else's object").unwrap();
+    let o = a.run(&["once"]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(text(&o).contains("foreign occupant"));
+    assert_eq!(total(&mut db), before, "nothing pruned");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        b"someone else's object",
+        "the occupant is untouched"
+    );
+    assert_eq!(scalar(&mut db, &format!("SELECT count(*) FROM retention.ledger WHERE method = 'release' AND detail->>'batch' = '{batch}'")), 1);
+    // The rows go into a new batch with new keys.
+    let o = a.run(&["once"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(eligible(&mut db), 0);
+    assert_nothing_lost(&mut db);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn an_object_corrupted_before_read_back_is_never_pruned() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 300);
+    let before = total(&mut db);
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.url("postgres"), &url);
+    let o = a
+        .clone()
+        .with_env("PG_RETENTION_ARCHIVER_FAULT", "corrupt-after-upload")
+        .run(&["once"]);
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(text(&o).contains("verification failed"), "{}", text(&o));
+    assert_eq!(total(&mut db), before, "nothing pruned");
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.archives"),
+        0
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_s3_server_stopped_mid_run_releases_the_batch_and_resumes_when_back() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 300);
+    let before = total(&mut db);
+    let mut s3 = Seaweed::start("archive");
+    let a = Archiver::new(&c.url("postgres"), "s3://archive/pg")
+        .with_env("PG_RETENTION_S3_ENDPOINT", &s3.endpoint())
+        .with_env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .with_env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .with_env("PG_RETENTION_MAX_RETRIES", "2")
+        .with_env("PG_RETENTION_RETRY_TIMEOUT", "3s")
+        .with_env("PG_RETENTION_REQUEST_TIMEOUT", "2s")
+        .with_env("PG_RETENTION_CONNECT_TIMEOUT", "1s");
+    s3.stop();
+    let started = std::time::Instant::now();
+    let o = a.run(&["once"]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "bounded retries"
+    );
+    assert_eq!(
+        total(&mut db),
+        before,
+        "nothing pruned while the store is down"
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'release'"
+        ),
+        1
+    );
+    s3.restart();
+    let o = a.run(&["once"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(eligible(&mut db), 0);
+    assert_nothing_lost(&mut db);
+}
+
+#[test]
+fn a_row_updated_between_claim_and_complete_is_refused() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 300);
+    let before = total(&mut db);
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.url("postgres"), &url)
+        .with_env("PG_RETENTION_ARCHIVER_FAULT", "pause-before-complete");
+    let child = a.spawn(&["once"]);
+    // Wait until the slice is written, then change a row behind the guard's back.
+    assert!(
+        c.wait_until(std::time::Duration::from_secs(30), || slice_keys(&a).len()
+            == 1)
+    );
+    db.batch_execute("SET session_replication_role = replica; UPDATE audit SET note = 'tampered' WHERE id = 45; RESET session_replication_role").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(text(&o).contains("refused"), "{}", text(&o));
+    assert_eq!(total(&mut db), before, "nothing pruned");
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'release' AND detail->>'reason' LIKE 'refused%'"), 1);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_hold_placed_mid_batch_keeps_its_rows() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 300);
+    let want = eligible(&mut db);
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.url("postgres"), &url)
+        .with_env("PG_RETENTION_ARCHIVER_FAULT", "pause-before-complete");
+    let child = a.spawn(&["once", "--max-batches", "1"]);
+    assert!(
+        c.wait_until(std::time::Duration::from_secs(30), || slice_keys(&a).len()
+            == 1)
+    );
+    db.batch_execute(
+        "SELECT retention.place_hold('audit', 'id % 3 = 0', 'audit request', 'legal')",
+    )
+    .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let held = scalar(&mut db, "SELECT count(*) FROM expected WHERE id % 3 = 0");
+    assert!(held > 0);
+    assert_eq!(
+        eligible(&mut db),
+        held,
+        "held rows survive, the rest of the batch is pruned"
+    );
+    assert_eq!(
+        scalar(&mut db, "SELECT deleted FROM retention.archives"),
+        want - held
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT rows FROM retention.ledger WHERE method = 'hold_skip'"
+        ),
+        held
+    );
+    assert_nothing_lost(&mut db);
+    let _ = std::fs::remove_dir_all(dir);
+}
