@@ -75,6 +75,11 @@ fn read_values(body: &mut &[u8], offset: usize) -> Result<Vec<Option<String>>> {
     Ok(out)
 }
 
+/// The length a frame's 4-byte big-endian prefix declares (the caller checked there are 4 bytes).
+pub(crate) fn declared_len(prefix: &[u8]) -> usize {
+    u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize
+}
+
 /// Decodes a whole slice into rows, refusing truncated, oversized or malformed input.
 pub fn decode_frames(mut bytes: &[u8]) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
@@ -86,7 +91,7 @@ pub fn decode_frames(mut bytes: &[u8]) -> Result<Vec<Row>> {
                 needed: 4 - bytes.len(),
             });
         }
-        let len = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+        let len = declared_len(bytes);
         if len > MAX_FRAME_LEN {
             return Err(FormatError::Oversized {
                 offset,

@@ -3,7 +3,7 @@
 //! buffering anything, and reports a slice that ends inside a frame when it is finished.
 
 use crate::error::{FormatError, Result};
-use crate::frame::{decode_frames, Row, MAX_FRAME_LEN};
+use crate::frame::{declared_len, decode_frames, Row, MAX_FRAME_LEN};
 
 /// Incremental slice decoder.
 #[derive(Debug, Default)]
@@ -27,12 +27,7 @@ impl StreamDecoder {
             if self.pending.len() < 4 {
                 break;
             }
-            let len = u32::from_be_bytes([
-                self.pending[0],
-                self.pending[1],
-                self.pending[2],
-                self.pending[3],
-            ]) as usize;
+            let len = declared_len(&self.pending);
             if len > MAX_FRAME_LEN {
                 return Err(FormatError::Oversized {
                     offset: self.offset,
@@ -59,12 +54,7 @@ impl StreamDecoder {
         let needed = if self.pending.len() < 4 {
             4 - self.pending.len()
         } else {
-            let len = u32::from_be_bytes([
-                self.pending[0],
-                self.pending[1],
-                self.pending[2],
-                self.pending[3],
-            ]) as usize;
+            let len = declared_len(&self.pending);
             4 + len - self.pending.len()
         };
         Err(FormatError::Truncated {

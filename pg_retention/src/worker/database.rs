@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 /// How often a worker looks for the extension in a database that does not have it yet.
 const EXTENSION_POLL: Duration = Duration::from_secs(5);
+/// Longest sleep without looking for a wake() request, in case its latch was consumed.
+const WAKE_POLL: Duration = Duration::from_secs(5);
 
 /// Runs `f` in its own transaction.
 fn tx<R>(
@@ -203,8 +205,9 @@ pub extern "C-unwind" fn pg_retention_database_main(arg: pg_sys::Datum) {
     let mut next_cycle = Instant::now();
     let mut last_end: Option<Instant> = None;
     let mut wait = Duration::ZERO;
-    while BackgroundWorker::wait_latch(Some(wait)) {
+    while BackgroundWorker::wait_latch(Some(wait.min(WAKE_POLL))) {
         let naptime = Duration::from_secs(gucs::naptime_secs());
+        let mut changed = false;
         if BackgroundWorker::sighup_received() {
             // Safety: the documented way for a background process to reload its configuration.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
@@ -213,6 +216,7 @@ pub extern "C-unwind" fn pg_retention_database_main(arg: pg_sys::Datum) {
             if let Some(end) = last_end {
                 next_cycle = end + next_delay(&database, naptime, gucs::jitter());
             }
+            changed = true;
         }
         if !extension_installed() {
             // Look again soon: CREATE EXTENSION may come any moment.
@@ -227,27 +231,26 @@ pub extern "C-unwind" fn pg_retention_database_main(arg: pg_sys::Datum) {
                 warning!("pg_retention: could not register the worker: {e}");
             }
             registered = true;
+            changed = true;
             // The first cycle waits only for this database's jitter offset.
             next_cycle = Instant::now() + jitter_offset(&database, naptime, gucs::jitter());
         }
-        let due = Instant::now() >= next_cycle || wake_requested();
-        if due {
+        // The latch can be consumed inside a cycle's own waits, so a wake() is also looked up
+        // in the table, here and at every poll.
+        if Instant::now() >= next_cycle || wake_requested() {
             if !run_cycle(&database) {
                 break;
             }
             let end = Instant::now();
             last_end = Some(end);
-            next_cycle = end
-                + next_delay(
-                    &database,
-                    Duration::from_secs(gucs::naptime_secs()),
-                    gucs::jitter(),
-                );
-        } else if BackgroundWorker::sigterm_received() {
-            break;
+            let naptime = Duration::from_secs(gucs::naptime_secs());
+            next_cycle = end + next_delay(&database, naptime, gucs::jitter());
+            changed = true;
         }
         wait = next_cycle.saturating_duration_since(Instant::now());
-        set_state("idle", None, Some(wait.as_secs_f64()));
+        if changed {
+            set_state("idle", None, Some(wait.as_secs_f64()));
+        }
     }
     set_state("stopped", None, None);
     log!("pg_retention worker for database \"{database}\" stopped");
