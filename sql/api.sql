@@ -467,11 +467,11 @@ CREATE FUNCTION retention.archive_policies() RETURNS SETOF text
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
 AS $fn$ SELECT p.name FROM retention.policies p WHERE p.enabled AND p.action = 'archive_then_delete' ORDER BY p.name $fn$;
 
-CREATE FUNCTION retention.batch_manifest(batch uuid) RETURNS jsonb
+CREATE FUNCTION retention.batch_manifest(batch uuid, digest boolean DEFAULT true) RETURNS jsonb
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT retention._result(retention._batch_manifest(batch::text)) $fn$;
+AS $fn$ SELECT retention._result(retention._batch_manifest(batch::text, digest)) $fn$;
 
 CREATE FUNCTION retention.batch_frames(batch uuid) RETURNS SETOF bytea
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
@@ -513,7 +513,7 @@ GRANT EXECUTE ON FUNCTION
     TO retention_admin;
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admin;
-GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.batch_manifest(uuid),
+GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.batch_manifest(uuid, boolean),
     retention.batch_frames(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text),
     retention.complete_batch(uuid, text, text, bigint, bigint, text), retention.archive_policies(),
     retention.health()

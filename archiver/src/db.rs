@@ -83,12 +83,13 @@ impl Db {
         Ok(row.get(0))
     }
 
-    /// The batch's manifest.
+    /// The batch's manifest, without the digest and sizes (the pipeline computes those from
+    /// the frames, so the extension renders the batch once less).
     pub async fn manifest(&self, batch: &str) -> Result<Manifest> {
         let row = self
             .client
             .query_one(
-                "SELECT retention.batch_manifest($1::text::uuid)::text",
+                "SELECT retention.batch_manifest($1::text::uuid, false)::text",
                 &[&batch],
             )
             .await?;

@@ -16,8 +16,8 @@ fn _claim_batch(policy: &str, max_rows: i32, lease: &str, owner: Option<&str>) -
 /// The manifest of a batch.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, public, pg_temp)]
-fn _batch_manifest(batch: &str) -> pgrx::JsonB {
-    outcome(batch::manifest(batch))
+fn _batch_manifest(batch: &str, digest: bool) -> pgrx::JsonB {
+    outcome(batch::manifest(batch, digest))
 }
 
 /// The frames of a batch, in key order.

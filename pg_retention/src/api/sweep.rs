@@ -51,3 +51,40 @@ fn _sweep_finish(state: pgrx::JsonB) -> pgrx::JsonB {
         .and_then(encode)
         .or_report()
 }
+
+thread_local! {
+    /// (statement token, rows accepted, last accepted tid) of the batch statement running in
+    /// this backend.
+    static QUOTA: std::cell::Cell<(i64, i64, Option<(u64, u64)>)> = const { std::cell::Cell::new((i64::MIN, 0, None)) };
+}
+
+/// True for the first `limit` rows offered with the same `token`: bounds an `age` batch's
+/// DELETE to `limit` rows, and remembers the last row it let through (the batch's watermark).
+/// Volatile, so it is called for each row, after the row's other conditions.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _batch_quota(limit: i64, token: i64, row: pg_sys::ItemPointerData) -> bool {
+    QUOTA.with(|q| {
+        let (t, used, last) = q.get();
+        let (used, last) = if t == token { (used, last) } else { (0, None) };
+        if used < limit {
+            let (block, offset) = pgrx::itemptr::item_pointer_get_both(row);
+            q.set((token, used + 1, Some((u64::from(block), u64::from(offset)))));
+            true
+        } else {
+            q.set((token, used, last));
+            false
+        }
+    })
+}
+
+/// The last row `_batch_quota` let through for `token`.
+pub fn quota_last(token: i64) -> Option<(u64, u64)> {
+    QUOTA.with(|q| {
+        let (t, _, last) = q.get();
+        if t == token {
+            last
+        } else {
+            None
+        }
+    })
+}

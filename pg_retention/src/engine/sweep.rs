@@ -232,10 +232,7 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
         ),
         Kind::Age => {
             let hi = state.lo.0.saturating_add(state.span).min(END_BLOCK);
-            (
-                hi,
-                run_batch_sql(&row_batch(&elig, &fence, state.lo, hi, n))?,
-            )
+            (hi, run_age_batch(&elig, &fence, state.lo, hi, n)?)
         }
         Kind::KeepLatest | Kind::Versions => (
             END_BLOCK,
@@ -300,6 +297,48 @@ fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
         lo = tid(lo.0, lo.1),
     );
     Ok(Spi::get_one::<bool>(&sql)?.unwrap_or(false))
+}
+
+/// A token no earlier batch statement of this backend used (see `retention._batch_quota`).
+fn next_quota_token() -> i64 {
+    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// One batch of an `age` policy: one DELETE over one block range (a TID range scan, a page at a
+/// time, as fast as a bulk DELETE per row), deleting the first `n` eligible rows in physical
+/// order. `retention._batch_quota` counts the rows that passed every other condition (the CASE
+/// makes it run last), refuses past `n`, and remembers the last row it let through, so the
+/// statement needs no RETURNING (which would read every deleted row once more).
+fn run_age_batch(
+    elig: &Eligibility<'_>,
+    fence: &HoldFence,
+    lo: (u64, u64),
+    hi_block: u64,
+    n: i64,
+) -> Result<BatchResult> {
+    let token = next_quota_token();
+    let sql = format!(
+        "DELETE FROM ONLY {table} t
+          WHERE t.ctid > {lo} AND t.ctid < {hi}
+            AND CASE WHEN {eligible} AND NOT {fence} THEN retention._batch_quota({n}, {token}, t.ctid) ELSE false END",
+        table = elig.table(),
+        lo = tid(lo.0, lo.1),
+        hi = tid(hi_block, 0),
+        eligible = elig.age_predicate(Guards::ALL),
+        fence = fence.tripped(),
+    );
+    let deleted =
+        Spi::connect_mut(|client| client.update(&sql, None, &[]).map(|t| t.len()))? as i64;
+    // Nothing deleted can mean a hold arrived: then the range is read again with it.
+    let new_hold = deleted == 0
+        && Spi::get_one::<bool>(&format!("SELECT {}", fence.tripped()))?.unwrap_or(false);
+    Ok(BatchResult {
+        deleted,
+        planned: deleted,
+        last: crate::api::sweep::quota_last(token),
+        new_hold,
+    })
 }
 
 /// One batch of row-wise kinds: plan up to `n` eligible rows after the watermark in physical
