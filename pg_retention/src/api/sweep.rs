@@ -52,10 +52,12 @@ fn _sweep_finish(state: pgrx::JsonB) -> pgrx::JsonB {
         .or_report()
 }
 
+/// (statement token, rows accepted, last accepted tid as (block, item)).
+type Quota = (i64, i64, Option<(u64, u64)>);
+
 thread_local! {
-    /// (statement token, rows accepted, last accepted tid) of the batch statement running in
-    /// this backend.
-    static QUOTA: std::cell::Cell<(i64, i64, Option<(u64, u64)>)> = const { std::cell::Cell::new((i64::MIN, 0, None)) };
+    /// The quota of the batch statement running in this backend.
+    static QUOTA: std::cell::Cell<Quota> = const { std::cell::Cell::new((i64::MIN, 0, None)) };
 }
 
 /// True for the first `limit` rows offered with the same `token`: bounds an `age` batch's
