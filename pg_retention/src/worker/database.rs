@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 /// How often a worker looks for the extension in a database that does not have it yet.
 const EXTENSION_POLL: Duration = Duration::from_secs(5);
 /// Longest sleep without looking for a wake() request, in case its latch was consumed.
-const WAKE_POLL: Duration = Duration::from_secs(5);
+const WAKE_POLL: Duration = Duration::from_secs(1);
 
 /// Runs `f` in its own transaction.
 fn tx<R>(
