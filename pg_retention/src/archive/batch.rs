@@ -2,7 +2,8 @@
 
 use super::render::{batch_rows, frames, key_array, key_match, pk_order};
 use crate::catalog::{
-    active_holds, caller, optional_one, query_json, Kind, LedgerEntry, Policy, RelationInfo,
+    active_holds, caller, optional_one, query_json, HoldFence, Kind, LedgerEntry, Policy,
+    RelationInfo,
 };
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::error::{Result, RetentionError};
@@ -336,15 +337,6 @@ pub fn release(id: &str, reason: &str) -> Result<bool> {
     Ok(true)
 }
 
-/// How many hold records the table has: the fence of a delete statement (see the sweep).
-fn hold_records(relation: u32) -> Result<i64> {
-    Ok(Spi::get_one_with_args::<i64>(
-        "SELECT count(*) FROM retention.hold_records WHERE relation = $1::bigint::oid",
-        &[i64::from(relation).into()],
-    )?
-    .unwrap_or(0))
-}
-
 /// Verifies and prunes a batch in the caller's transaction. Returns rows deleted; 0 for a
 /// batch that was already completed.
 pub fn complete(
@@ -411,18 +403,16 @@ pub fn complete(
     let mut attempt = 0;
     let (deleted, holds) = loop {
         attempt += 1;
-        let seen = hold_records(rel.oid)?;
-        let holds = active_holds(rel.oid)?;
+        let (fence, holds) = HoldFence::read(rel.oid)?;
         let elig = Eligibility::new(&policy, &rel, &holds)?;
         let guard = elig.age_predicate(Guards::ALL);
         let (deleted, fenced) = Spi::get_two_with_args::<i64, bool>(
             &format!(
-                "WITH fence AS (SELECT count(*) > {seen} AS tripped FROM retention.hold_records WHERE relation = {oid}::oid),
-                      d AS (DELETE FROM ONLY {table} t USING retention.batch_keys k
+                "WITH d AS (DELETE FROM ONLY {table} t USING retention.batch_keys k
                              WHERE k.batch_id = $1::uuid AND {matches} AND {guards}
-                               AND NOT (SELECT tripped FROM fence) RETURNING 1)
-                 SELECT (SELECT count(*) FROM d), (SELECT tripped FROM fence)",
-                oid = rel.oid,
+                               AND NOT {fenced} RETURNING 1)
+                 SELECT (SELECT count(*) FROM d), {fenced}",
+                fenced = fence.tripped(),
                 table = rel.qualified,
                 matches = key_match(&rel)?,
                 guards = guard,

@@ -69,6 +69,34 @@ pub fn active_holds(relation: u32) -> Result<Vec<Hold>> {
     Ok(holds.unwrap_or_default())
 }
 
+/// How many hold records a table had when its holds were read. A delete statement that adds
+/// `AND NOT <tripped()>` deletes nothing when its own snapshot sees a hold placed after the
+/// read, so a hold committed while a batch is being prepared still wins.
+pub struct HoldFence {
+    relation: u32,
+    seen: i64,
+}
+
+impl HoldFence {
+    /// Counts the table's hold records, then reads its active holds (in that order).
+    pub fn read(relation: u32) -> Result<(HoldFence, Vec<Hold>)> {
+        let seen = Spi::get_one_with_args::<i64>(
+            "SELECT count(*) FROM retention.hold_records WHERE relation = $1::bigint::oid",
+            &[i64::from(relation).into()],
+        )?
+        .unwrap_or(0);
+        Ok((HoldFence { relation, seen }, active_holds(relation)?))
+    }
+
+    /// SQL that is true, in the statement's snapshot, when a hold was placed after the read.
+    pub fn tripped(&self) -> String {
+        format!(
+            "((SELECT count(*) FROM retention.hold_records h WHERE h.relation = {}::oid) > {})",
+            self.relation, self.seen
+        )
+    }
+}
+
 /// The role the caller acts as: the outer user, unaffected by SECURITY DEFINER.
 pub fn caller() -> String {
     // Safety: GetOuterUserId reads backend-local state; GetUserNameFromId with noerr=true returns

@@ -6,7 +6,7 @@
 //! and deletes in one statement, so the eligibility predicate, the holds in force and the
 //! foreign-key guard are evaluated when the batch executes.
 
-use crate::catalog::{active_holds, Kind, LedgerEntry, Policy, RelationInfo};
+use crate::catalog::{active_holds, HoldFence, Kind, LedgerEntry, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::error::Result;
 use crate::sql_text::{parse_tid, tid};
@@ -143,30 +143,6 @@ struct BatchResult {
     new_hold: bool,
 }
 
-/// How many hold records the batch knew of when it read the holds of its table.
-struct HoldFence {
-    relation: u32,
-    seen: i64,
-}
-
-impl HoldFence {
-    /// True, in the statement's own snapshot, when a hold was placed after the batch read them.
-    fn tripped(&self) -> String {
-        format!(
-            "((SELECT count(*) FROM retention.hold_records h WHERE h.relation = {}::oid) > {})",
-            self.relation, self.seen
-        )
-    }
-}
-
-fn hold_records_count(relation: u32) -> Result<i64> {
-    Ok(Spi::get_one_with_args::<i64>(
-        "SELECT count(*) FROM retention.hold_records WHERE relation = $1::bigint::oid",
-        &[i64::from(relation).into()],
-    )?
-    .unwrap_or(0))
-}
-
 fn run_batch_sql(sql: &str) -> Result<BatchResult> {
     let (deleted, planned, last, new_hold) = Spi::connect_mut(|client| {
         let row = client.update(sql, Some(1), &[])?;
@@ -208,15 +184,8 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
     }
     let remaining = state.cap - state.deleted;
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
-    // Count hold records before reading the active ones: the batch statement refuses to delete
-    // when its own snapshot sees more, so a hold committed after we read them still wins.
-    let seen = hold_records_count(policy.relation)?;
-    let holds = active_holds(policy.relation)?;
+    let (fence, holds) = HoldFence::read(policy.relation)?;
     let elig = Eligibility::new(&policy, &rel, &holds)?;
-    let fence = HoldFence {
-        relation: policy.relation,
-        seen,
-    };
     if remaining <= 0 {
         return Ok(if has_more(&elig, state.lo)? {
             state.stop_at_cap()
