@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 const EXTENSION_POLL: Duration = Duration::from_secs(5);
 /// Longest sleep without looking for a wake() request, in case its latch was consumed.
 const WAKE_POLL: Duration = Duration::from_secs(1);
+/// After a latch wake-up with no wake() request visible yet, look again this soon.
+const WAKE_RECHECK: Duration = Duration::from_millis(50);
 
 /// Runs `f` in its own transaction.
 fn tx<R>(
@@ -205,7 +207,18 @@ pub extern "C-unwind" fn pg_retention_database_main(arg: pg_sys::Datum) {
     let mut next_cycle = Instant::now();
     let mut last_end: Option<Instant> = None;
     let mut wait = Duration::ZERO;
-    while BackgroundWorker::wait_latch(Some(wait.min(WAKE_POLL))) {
+    let mut recheck = false;
+    loop {
+        let slept_from = Instant::now();
+        let limit = if recheck {
+            WAKE_RECHECK
+        } else {
+            wait.min(WAKE_POLL)
+        };
+        if !BackgroundWorker::wait_latch(Some(limit)) {
+            break;
+        }
+        let woken_early = slept_from.elapsed() + Duration::from_millis(5) < limit;
         let naptime = Duration::from_secs(gucs::naptime_secs());
         let mut changed = false;
         if BackgroundWorker::sighup_received() {
@@ -237,7 +250,11 @@ pub extern "C-unwind" fn pg_retention_database_main(arg: pg_sys::Datum) {
         }
         // The latch can be consumed inside a cycle's own waits, so a wake() is also looked up
         // in the table, here and at every poll.
-        if Instant::now() >= next_cycle || wake_requested() {
+        let requested = wake_requested();
+        // wake() sets the latch before its transaction commits: a latch with no request behind
+        // it yet is looked at again shortly, when the request is visible.
+        recheck = woken_early && !requested && !recheck;
+        if Instant::now() >= next_cycle || requested {
             if !run_cycle(&database) {
                 break;
             }
