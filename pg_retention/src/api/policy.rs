@@ -1,7 +1,7 @@
 //! Policy definitions: add, alter, enable, disable, drop, and window links.
 
 use crate::catalog::{caller, query_json, Policy, PolicySpec};
-use crate::engine::validate::validate;
+use crate::engine::validate::{interval_sign, validate};
 use crate::error::{outcome, OrReport, Result, RetentionError};
 use crate::guard;
 use pgrx::prelude::*;
@@ -216,9 +216,7 @@ fn link(producer: &str, consumer: &str, margin: &str) -> Result<()> {
             "Link two different policies.",
         ));
     }
-    let nonneg =
-        Spi::get_one_with_args::<bool>("SELECT $1::interval >= interval '0'", &[margin.into()])?;
-    if nonneg != Some(true) {
+    if interval_sign(margin)? == std::cmp::Ordering::Less {
         return Err(RetentionError::invalid(
             format!("margin must not be negative, got {margin}"),
             "A negative margin would let the consumer forget before the producer.",

@@ -6,6 +6,7 @@ use crate::catalog::{
     RelationInfo,
 };
 use crate::engine::eligible::{Eligibility, Guards};
+use crate::engine::validate::interval_sign;
 use crate::error::{Result, RetentionError};
 use pg_retention_format::{summarize, ColumnSpec, Manifest, FORMAT_VERSION};
 use pgrx::prelude::*;
@@ -139,9 +140,7 @@ pub fn claim(
             "Pass max_rows => 1000 or so.",
         ));
     }
-    let positive =
-        Spi::get_one_with_args::<bool>("SELECT $1::interval > interval '0'", &[lease.into()])?;
-    if positive != Some(true) {
+    if interval_sign(lease)? != std::cmp::Ordering::Greater {
         return Err(RetentionError::invalid(
             format!("lease must be a positive interval, got {lease}"),
             "A batch is claimed for the length of its lease.",

@@ -4,5 +4,6 @@
 pub mod eligible;
 pub mod predicate;
 pub mod preview;
+pub mod quota;
 pub mod sweep;
 pub mod validate;

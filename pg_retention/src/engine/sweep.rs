@@ -8,6 +8,7 @@
 
 use crate::catalog::{active_holds, HoldFence, Kind, LedgerEntry, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
+use crate::engine::quota;
 use crate::error::Result;
 use crate::sql_text::{parse_tid, tid};
 use pgrx::prelude::*;
@@ -268,12 +269,6 @@ fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
     Ok(Spi::get_one::<bool>(&sql)?.unwrap_or(false))
 }
 
-/// A token no earlier batch statement of this backend used (see `retention._batch_quota`).
-fn next_quota_token() -> i64 {
-    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
 /// One batch of an `age` policy: one DELETE over one block range (a TID range scan, a page at a
 /// time, as fast as a bulk DELETE per row), deleting the first `n` eligible rows in physical
 /// order. `retention._batch_quota` counts the rows that passed every other condition (the CASE
@@ -286,7 +281,7 @@ fn run_age_batch(
     hi_block: u64,
     n: i64,
 ) -> Result<BatchResult> {
-    let token = next_quota_token();
+    let token = quota::next_token();
     let sql = format!(
         "DELETE FROM ONLY {table} t
           WHERE t.ctid > {lo} AND t.ctid < {hi}
@@ -305,7 +300,7 @@ fn run_age_batch(
     Ok(BatchResult {
         deleted,
         planned: deleted,
-        last: crate::api::sweep::quota_last(token),
+        last: quota::last(token),
         new_hold,
     })
 }

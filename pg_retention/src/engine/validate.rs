@@ -4,6 +4,7 @@
 use crate::catalog::{caller_oid, Kind, PolicySpec, RelationInfo};
 use crate::error::{Result, RetentionError};
 use pgrx::prelude::*;
+use std::cmp::Ordering;
 
 /// Age columns must be one of these types.
 const AGE_TYPES: [&str; 3] = [
@@ -29,6 +30,15 @@ pub fn check_predicate(rel: &RelationInfo, predicate: &str, what: &str) -> Resul
             predicate: predicate.into(),
         }),
     }
+}
+
+/// How an interval (text) compares with zero, by Postgres's own interval comparison.
+pub fn interval_sign(value: &str) -> Result<Ordering> {
+    let sign = Spi::get_one_with_args::<i32>(
+        "SELECT CASE WHEN $1::interval > interval '0' THEN 1 WHEN $1::interval < interval '0' THEN -1 ELSE 0 END",
+        &[value.into()],
+    )?;
+    Ok(sign.unwrap_or(0).cmp(&0))
 }
 
 fn require<T>(field: &Option<T>, name: &str, kind: &str) -> Result<()> {
@@ -134,11 +144,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         }
     }
     if let Some(window) = &spec.older_than {
-        let positive = Spi::get_one_with_args::<bool>(
-            "SELECT $1::interval > interval '0'",
-            &[window.as_str().into()],
-        )?;
-        if positive != Some(true) {
+        if interval_sign(window)? != Ordering::Greater {
             return Err(RetentionError::invalid(
                 format!("older_than must be a positive interval, got {window}"),
                 "A zero or negative window would make every row eligible.",

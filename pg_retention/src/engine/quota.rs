@@ -1,0 +1,53 @@
+//! The row quota of an `age` batch: the batch's DELETE calls `retention._batch_quota` for each
+//! row that passed its other conditions; the first `limit` calls with the statement's token say
+//! yes, and the last row let through becomes the batch's watermark. Backend-local state: the
+//! statement runs in the backend that built it.
+
+use pgrx::prelude::*;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// (statement token, rows accepted, last accepted tid as (block, item)).
+type Quota = (i64, i64, Option<(u64, u64)>);
+
+thread_local! {
+    /// The quota of the batch statement running in this backend.
+    static QUOTA: Cell<Quota> = const { Cell::new((i64::MIN, 0, None)) };
+}
+
+/// A token no earlier batch statement of this backend used.
+pub fn next_token() -> i64 {
+    static NEXT: AtomicI64 = AtomicI64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// True for the first `limit` rows offered with the same `token`: bounds an `age` batch's
+/// DELETE to `limit` rows, and remembers the last row it let through (the batch's watermark).
+/// Volatile, so it is called for each row, after the row's other conditions.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _batch_quota(limit: i64, token: i64, row: pg_sys::ItemPointerData) -> bool {
+    QUOTA.with(|q| {
+        let (t, used, last) = q.get();
+        let (used, last) = if t == token { (used, last) } else { (0, None) };
+        if used < limit {
+            let (block, offset) = pgrx::itemptr::item_pointer_get_both(row);
+            q.set((token, used + 1, Some((u64::from(block), u64::from(offset)))));
+            true
+        } else {
+            q.set((token, used, last));
+            false
+        }
+    })
+}
+
+/// The last row `_batch_quota` let through for `token`.
+pub fn last(token: i64) -> Option<(u64, u64)> {
+    QUOTA.with(|q| {
+        let (t, _, last) = q.get();
+        if t == token {
+            last
+        } else {
+            None
+        }
+    })
+}
