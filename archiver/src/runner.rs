@@ -145,13 +145,12 @@ async fn serve(listener: tokio::net::TcpListener, ctx: Arc<Context>, shutdown: C
         };
         let ctx = Arc::clone(&ctx);
         tokio::spawn(async move {
-            let mut buf = vec![0u8; 4096];
-            let n = match tokio::time::timeout(Duration::from_secs(5), socket.read(&mut buf)).await
-            {
-                Ok(Ok(n)) => n,
-                _ => return,
+            let Ok(Some(head)) =
+                tokio::time::timeout(Duration::from_secs(5), read_head(&mut socket)).await
+            else {
+                return;
             };
-            let request = String::from_utf8_lossy(&buf[..n]);
+            let request = String::from_utf8_lossy(&head);
             let path = request.split_whitespace().nth(1).unwrap_or("/");
             let (status, body) = match path {
                 "/metrics" => ("200 OK", metrics_text(&ctx).await),
@@ -169,6 +168,22 @@ async fn serve(listener: tokio::net::TcpListener, ctx: Arc<Context>, shutdown: C
             let _ = socket.write_all(response.as_bytes()).await;
         });
     }
+}
+
+/// Reads a request up to the end of its headers. A client may send them in several segments;
+/// answering after the first one and closing would reset the connection under the client's
+/// next write. None when the peer closes first or the head exceeds 8 KiB.
+async fn read_head(socket: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = socket.read(&mut buf).await.ok()?;
+        if n == 0 || head.len() + n > 8192 {
+            return None;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    Some(head)
 }
 
 async fn metrics_text(ctx: &Context) -> String {

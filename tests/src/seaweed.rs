@@ -95,11 +95,16 @@ impl Seaweed {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("weed mini exited early ({status}); log:\n{}", self.log());
             }
-            // 409: the bucket exists already (a restart).
+            // 409: the bucket exists already (a restart). The bucket answering is not enough:
+            // until a volume server has registered, object writes stall, so write a probe.
+            let bucket = format!("/{}", self.bucket);
+            let probe = format!("{bucket}/.ready-probe");
             if matches!(
-                http_status(self.s3_port, "PUT", &format!("/{}", self.bucket)),
+                http_status(self.s3_port, "PUT", &bucket, ""),
                 Some(200 | 409)
-            ) && http_status(self.s3_port, "GET", &format!("/{}", self.bucket)) == Some(200)
+            ) && http_status(self.s3_port, "GET", &bucket, "") == Some(200)
+                && http_status(self.s3_port, "PUT", &probe, "ready") == Some(200)
+                && http_status(self.s3_port, "DELETE", &probe, "") == Some(204)
             {
                 return;
             }
@@ -155,11 +160,14 @@ fn spawn_weed(flags: &[String], log: std::fs::File) -> Child {
         .expect("start `weed mini` (installed by scripts/setup)")
 }
 
-/// Sends one unauthenticated HTTP request and returns the status code.
-fn http_status(port: u16, method: &str, path: &str) -> Option<u16> {
+/// Sends one unauthenticated HTTP request with `body` and returns the status code.
+fn http_status(port: u16, method: &str, path: &str, body: &str) -> Option<u16> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     s.write_all(req.as_bytes()).ok()?;
     let mut buf = [0u8; 64];
     let n = s.read(&mut buf).ok()?;

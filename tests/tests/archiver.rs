@@ -198,13 +198,33 @@ fn metrics_and_health_are_served_and_sigterm_stops_cleanly() {
             &mut c.connect("postgres")
         ) == 0)
     );
-    let get = |path: &str| -> String {
+    let get = |path: &str| -> std::io::Result<String> {
         use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+        s.set_nodelay(true)?;
+        // Several segments on purpose: the server must read the whole head before answering.
+        for part in [format!("GET {path} HTTP/1.1\r\n"), "Host: x\r\n\r\n".into()] {
+            s.write_all(part.as_bytes())?;
+            s.flush()?;
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
+        s.read_to_string(&mut out)?;
+        Ok(out)
+    };
+    let mut logs = Some(logs);
+    let mut get = |path: &str| -> String {
+        get(path).unwrap_or_else(|e| {
+            // Say why, with the archiver's own account of it.
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let exited = child.try_wait().ok().flatten();
+            let _ = child.kill();
+            let stderr = logs.take().map(|l| l.join().unwrap_or_default());
+            panic!(
+                "GET {path} on port {port}: {e}; archiver exit status: {exited:?}; stderr:\n{}",
+                stderr.unwrap_or_default()
+            )
+        })
     };
     assert!(get("/healthz").starts_with("HTTP/1.1 200"));
     let response = get("/metrics");
@@ -240,7 +260,9 @@ fn metrics_and_health_are_served_and_sigterm_stops_cleanly() {
     assert!(status.success());
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
-    let stderr = logs.join().unwrap();
+    let stderr = logs
+        .and_then(|l| l.join().ok())
+        .expect("the archiver's stderr");
     assert!(
         stderr
             .lines()
