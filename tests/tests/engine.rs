@@ -347,6 +347,57 @@ fn hold_placed_mid_run_wins_for_every_later_batch() {
     );
 }
 
+/// Batches keep what they know about the table between batches of a run; a foreign key added
+/// mid-run must still protect the rows it references from then on (with ON DELETE CASCADE,
+/// missing it would delete the referencing rows too).
+#[test]
+fn a_foreign_key_added_mid_run_protects_referenced_rows_from_the_next_batch() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE q (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO q SELECT g, now() - interval '90 days' FROM generate_series(1, 1000) g;
+         CREATE TABLE del_log (id int);
+         CREATE FUNCTION log_del() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN INSERT INTO del_log VALUES (OLD.id); PERFORM pg_sleep(0.003); RETURN OLD; END $$;
+         CREATE TRIGGER log_del AFTER DELETE ON q FOR EACH ROW EXECUTE FUNCTION log_del();
+         SELECT retention.add_policy(name => 'q', relation => 'q', kind => 'age', age_column => 'created_at',
+                older_than => '30 days', batch_size => 50);",
+    )
+    .unwrap();
+    let url = c.url("postgres");
+    let runner = std::thread::spawn(move || {
+        let mut db = Client::connect(&url, postgres::NoTls).unwrap();
+        db.batch_execute("CALL retention.run()").unwrap();
+    });
+    assert!(c.wait_until(std::time::Duration::from_secs(30), || count(
+        &mut db,
+        "SELECT count(*) FROM del_log"
+    ) > 100));
+    // Takes its lock between two batches; rows 901..1000 come last in physical order.
+    db.batch_execute(
+        "CREATE TABLE refs (q_id int REFERENCES q ON DELETE CASCADE);
+         INSERT INTO refs SELECT g FROM generate_series(901, 1000) g;",
+    )
+    .unwrap();
+    runner.join().unwrap();
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM refs"),
+        100,
+        "nothing cascaded"
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM q WHERE id > 900"),
+        100,
+        "referenced rows survive"
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM q WHERE id <= 900"),
+        0,
+        "unreferenced rows all go"
+    );
+}
+
 #[test]
 fn referenced_parent_rows_survive_and_children_run_first() {
     let c = Cluster::start(&[]);

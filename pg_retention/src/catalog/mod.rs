@@ -72,6 +72,7 @@ pub fn active_holds(relation: u32) -> Result<Vec<Hold>> {
 /// How many hold records a table had when its holds were read. A delete statement that adds
 /// `AND NOT <tripped()>` deletes nothing when its own snapshot sees a hold placed after the
 /// read, so a hold committed while a batch is being prepared still wins.
+#[derive(Debug, Clone)]
 pub struct HoldFence {
     relation: u32,
     seen: i64,

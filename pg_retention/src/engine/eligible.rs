@@ -9,6 +9,24 @@
 use crate::catalog::{Hold, Kind, Policy, RelationInfo};
 use crate::error::Result;
 use crate::sql_text::{ident, literal, predicate};
+use pgrx::prelude::*;
+
+/// `now() - window` for the current transaction, as a timestamptz constant. As an expression it
+/// would be computed again for every row a batch reads (interval arithmetic through a broken-down
+/// time: a sixth of a sweep's per-row cost); `now()` is fixed for the transaction, so the constant
+/// is the same value. Written in JSON's ISO 8601 form, which no DateStyle reads differently; the
+/// expression stays when the text would not read back as the same instant.
+fn cutoff_sql(window: &str) -> Result<String> {
+    let expression = format!("(now() - {}::interval)", literal(window));
+    let rendered = Spi::get_one::<String>(&format!(
+        "SELECT CASE WHEN s ~ '^\\d{{4}}-\\d\\d-\\d\\dT[0-9:.]+[+-][0-9:]+$' AND s::timestamptz = c THEN s END
+           FROM (SELECT c, to_json(c) #>> '{{}}' AS s FROM (SELECT {expression} AS c) a) b"
+    ))?;
+    Ok(match rendered {
+        Some(s) => format!("{}::timestamptz", literal(&s)),
+        None => expression,
+    })
+}
 
 /// Which guards apply to an eligibility query.
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +61,7 @@ pub struct Eligibility<'a> {
     rel: &'a RelationInfo,
     holds: &'a [Hold],
     kind: Kind,
+    cutoff: Option<String>,
 }
 
 impl<'a> Eligibility<'a> {
@@ -53,6 +72,7 @@ impl<'a> Eligibility<'a> {
             rel,
             holds,
             kind: policy.kind()?,
+            cutoff: policy.older_than.as_deref().map(cutoff_sql).transpose()?,
         })
     }
 
@@ -71,12 +91,9 @@ impl<'a> Eligibility<'a> {
         &self.rel.qualified
     }
 
-    /// `now() - older_than`, or None for policies without a window.
+    /// `now() - older_than` as SQL, or None for policies without a window.
     fn cutoff(&self) -> Option<String> {
-        self.policy
-            .older_than
-            .as_deref()
-            .map(|w| format!("(now() - {}::interval)", literal(w)))
+        self.cutoff.clone()
     }
 
     fn age(&self) -> String {

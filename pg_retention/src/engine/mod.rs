@@ -5,5 +5,6 @@ pub mod eligible;
 pub mod predicate;
 pub mod preview;
 pub mod quota;
+pub mod run_context;
 pub mod sweep;
 pub mod validate;

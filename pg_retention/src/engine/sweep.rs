@@ -9,6 +9,7 @@
 use crate::catalog::{active_holds, HoldFence, Kind, LedgerEntry, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::quota;
+use crate::engine::run_context::{self, RunContext};
 use crate::error::Result;
 use crate::sql_text::{parse_tid, tid};
 use pgrx::prelude::*;
@@ -168,9 +169,15 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
     if state.done {
         return Ok(state);
     }
-    let Some(policy) = Policy::by_id(state.policy_id)? else {
+    let Some(ctx) = run_context::for_batch(&state.run_id, state.policy_id)? else {
         return Ok(state.stop("stopped", "policy was dropped during the run"));
     };
+    let RunContext {
+        policy,
+        rel,
+        holds,
+        fence,
+    } = &ctx;
     if policy.version != state.version {
         return Ok(state.stop(
             "stopped",
@@ -184,9 +191,7 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
         return Ok(state.stop("stopped", "policy was disabled during the run"));
     }
     let remaining = state.cap - state.deleted;
-    let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
-    let (fence, holds) = HoldFence::read(policy.relation)?;
-    let elig = Eligibility::new(&policy, &rel, &holds)?;
+    let elig = Eligibility::new(policy, rel, holds)?;
     if remaining <= 0 {
         return Ok(if has_more(&elig, state.lo)? {
             state.stop_at_cap()
@@ -198,15 +203,15 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
     let (hi_block, result) = match elig.kind() {
         Kind::Entity => (
             END_BLOCK,
-            run_batch_sql(&entity_batch(&elig, &fence, state.lo, n, remaining))?,
+            run_batch_sql(&entity_batch(&elig, fence, state.lo, n, remaining))?,
         ),
         Kind::Age => {
             let hi = state.lo.0.saturating_add(state.span).min(END_BLOCK);
-            (hi, run_age_batch(&elig, &fence, state.lo, hi, n)?)
+            (hi, run_age_batch(&elig, fence, state.lo, hi, n)?)
         }
         Kind::KeepLatest | Kind::Versions => (
             END_BLOCK,
-            run_batch_sql(&row_batch(&elig, &fence, state.lo, END_BLOCK, n))?,
+            run_batch_sql(&row_batch(&elig, fence, state.lo, END_BLOCK, n))?,
         ),
     };
     if result.new_hold {
@@ -218,7 +223,7 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
         state.batches += 1;
         LedgerEntry {
             method: "prune",
-            policy: Some(&policy),
+            policy: Some(policy),
             relation: None,
             rows: result.deleted,
             hold_ids: holds.iter().map(|h| h.id).collect(),
@@ -243,7 +248,7 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
             if result.planned < n / 2 {
                 state.span = (state.span * 2).min(MAX_SPAN);
             }
-            if hi_block >= table_blocks(&rel)? {
+            if hi_block >= table_blocks(rel)? {
                 state = state.stop("ok", "no eligible rows left");
             }
         }

@@ -1,0 +1,80 @@
+//! What a sweep batch needs to know about its policy, table and holds, kept between the batches
+//! of one run in this backend.
+//!
+//! Reading the policy, describing the table and reading the holds again for every batch cost
+//! about as much as deleting a thousand rows. Each batch instead reads one fingerprint of all
+//! three — the policy's version and state, the table's catalog row and the foreign keys that
+//! reference it, and the table's hold records and lifts — and reloads everything only when the
+//! fingerprint differs from the one the cached context was read with. A change committed between
+//! batches therefore takes effect at the next batch, exactly as when everything was reloaded.
+
+use crate::catalog::{Hold, HoldFence, Policy, RelationInfo};
+use crate::error::Result;
+use pgrx::prelude::*;
+use std::cell::RefCell;
+
+/// Everything a batch plans with.
+#[derive(Clone)]
+pub struct RunContext {
+    /// The policy as of the fingerprint.
+    pub policy: Policy,
+    /// Its table.
+    pub rel: RelationInfo,
+    /// The holds in force.
+    pub holds: Vec<Hold>,
+    /// The fence that makes a hold placed after `holds` were read win.
+    pub fence: HoldFence,
+}
+
+thread_local! {
+    /// (run id, fingerprint, context) of the run this backend swept last.
+    static CACHED: RefCell<Option<(String, String, RunContext)>> = const { RefCell::new(None) };
+}
+
+/// One value that changes whenever anything a batch planned with changes. A table's catalog row
+/// gets a new xmin from every ALTER (rename, new schema, columns); foreign keys referencing the
+/// table live in other tables' rows, so they are listed with their tables' xmin; holds are
+/// append-only, so counts of hold records and lifts say whether the holds changed.
+const FINGERPRINT: &str = "
+SELECT concat_ws('|', p.dropped_at IS NULL, v.version, v.enabled, c.xmin,
+         (SELECT string_agg(con.oid || ':' || child.xmin, ',' ORDER BY con.oid)
+            FROM pg_catalog.pg_constraint con JOIN pg_catalog.pg_class child ON child.oid = con.conrelid
+           WHERE con.confrelid = c.oid AND con.contype = 'f'),
+         (SELECT count(*) FROM retention.hold_records h WHERE h.relation = v.relation),
+         (SELECT count(*) FROM retention.hold_lifts l JOIN retention.hold_records h ON h.id = l.hold_id
+           WHERE h.relation = v.relation))
+  FROM retention.policy_ids p
+ CROSS JOIN LATERAL (SELECT pv.version, pv.enabled, pv.relation FROM retention.policy_versions pv
+                      WHERE pv.policy_id = p.id ORDER BY pv.version DESC LIMIT 1) v
+  LEFT JOIN pg_catalog.pg_class c ON c.oid = v.relation
+ WHERE p.id = $1";
+
+/// The context for the next batch of run `run_id` of policy `policy_id`: the cached one when
+/// nothing changed, else read afresh. None when the policy was dropped.
+pub fn for_batch(run_id: &str, policy_id: i64) -> Result<Option<RunContext>> {
+    let fingerprint =
+        Spi::get_one_with_args::<String>(FINGERPRINT, &[policy_id.into()])?.unwrap_or_default();
+    let hit = CACHED.with(|c| match &*c.borrow() {
+        Some((run, fp, ctx)) if run == run_id && *fp == fingerprint => Some(ctx.clone()),
+        _ => None,
+    });
+    if let Some(ctx) = hit {
+        return Ok(Some(ctx));
+    }
+    CACHED.with(|c| c.borrow_mut().take());
+    let Some(policy) = Policy::by_id(policy_id)? else {
+        return Ok(None);
+    };
+    let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    let (fence, holds) = HoldFence::read(policy.relation)?;
+    let ctx = RunContext {
+        policy,
+        rel,
+        holds,
+        fence,
+    };
+    // The fingerprint was read before the context: a change committed in between makes the
+    // next batch's fingerprint differ, and that batch reads everything again.
+    CACHED.with(|c| *c.borrow_mut() = Some((run_id.to_owned(), fingerprint, ctx.clone())));
+    Ok(Some(ctx))
+}
