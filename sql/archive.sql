@@ -10,6 +10,8 @@ CREATE TABLE retention.batches (
     state          text NOT NULL CHECK (state IN ('claimed', 'pruned', 'released', 'expired')),
     owner          text,
     rows           bigint NOT NULL,
+    -- The batch's highest key: the next claim of the policy starts after it (see claim_batch).
+    last_key       text[],
     claimed_at     timestamptz NOT NULL DEFAULT now(),
     lease_until    timestamptz NOT NULL,
     finished_at    timestamptz,

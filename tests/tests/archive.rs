@@ -341,6 +341,52 @@ fn a_hold_placed_after_the_claim_blocks_only_its_rows() {
     assert_eq!(scalar(&mut db, &format!("SELECT rows FROM retention.ledger WHERE method = 'hold_skip' AND {hold} = ANY (hold_ids)")), 2);
 }
 
+/// Claims continue after the policy's last batch, and rows behind it (a released batch) are
+/// claimed once a claim from there finds nothing: every eligible row is claimed exactly once.
+#[test]
+fn claims_walk_forward_and_come_back_for_released_rows() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100); // ids 31..100 not multiple of 5: 56 eligible rows
+    let eligible = scalar(
+        &mut db,
+        "SELECT count(*) FROM audit WHERE status = 'closed' AND closed_at < now() - interval '30 days'",
+    );
+    assert_eq!(eligible, 56);
+    let a = claim(&mut db, 20).unwrap();
+    let b = claim(&mut db, 20).unwrap();
+    let (ids_a, ids_b) = (batch_ids(&mut db, &a), batch_ids(&mut db, &b));
+    assert!(
+        ids_a.iter().max() < ids_b.iter().min(),
+        "b continues after a"
+    );
+    db.execute(
+        "SELECT retention.release_batch($1::text::uuid, 'test')",
+        &[&a],
+    )
+    .unwrap();
+    let mut seen = ids_b.clone();
+    while let Some(next) = claim(&mut db, 20) {
+        seen.extend(batch_ids(&mut db, &next));
+        assert!(seen.len() <= 56, "no row claimed twice: {seen:?}");
+    }
+    seen.sort();
+    let mut want = ids_a;
+    want.extend(ids_b);
+    want.extend(
+        db.query(
+            "SELECT id FROM audit WHERE status = 'closed' AND closed_at < now() - interval '30 days'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, i64>(0)),
+    );
+    want.sort();
+    want.dedup();
+    assert_eq!(seen, want, "every eligible row claimed exactly once");
+}
+
 #[test]
 fn concurrent_claims_never_overlap() {
     let c = Cluster::start(&[]);

@@ -1,6 +1,6 @@
 //! The archive protocol: claim → frames/manifest → complete (or release / lease expiry).
 
-use super::render::{batch_rows, frames, key_array, key_match, pk_order};
+use super::render::{batch_rows, frames, key_after, key_array, key_match, pk_order};
 use crate::catalog::{
     active_holds, caller, optional_one, query_json, HoldFence, Kind, LedgerEntry, Policy,
     RelationInfo,
@@ -174,25 +174,18 @@ pub fn claim(
         ],
     )?
     .ok_or_else(|| RetentionError::Internal("batch insert returned nothing".into()))?;
-    let key = key_array(&rel);
-    let claimed = Spi::get_one_with_args::<i64>(
-        &format!(
-            "WITH cand AS (
-                 SELECT {key} AS key FROM ONLY {table} t
-                  WHERE {eligible}
-                    AND NOT EXISTS (SELECT 1 FROM retention.batch_keys k WHERE k.relation = $2::bigint::oid AND k.key = {key})
-                  ORDER BY {order} LIMIT {max_rows}
-                    FOR UPDATE OF t SKIP LOCKED),
-             ins AS (INSERT INTO retention.batch_keys (relation, key, batch_id)
-                     SELECT $2::bigint::oid, cand.key, $1::uuid FROM cand ON CONFLICT DO NOTHING RETURNING 1)
-             SELECT count(*) FROM ins",
-            table = rel.qualified,
-            eligible = elig.age_predicate(Guards::ALL),
-            order = pk_order(&rel),
-        ),
-        &[batch.as_str().into(), i64::from(rel.oid).into()],
-    )?
-    .unwrap_or(0);
+    // Claims walk the table in key order from where the policy's last batch ended, so a claim
+    // never reads again past the rows earlier batches pruned (whose dead index entries stay
+    // until vacuum). Rows behind the watermark (released batches, rows that became eligible
+    // later) are claimed when a claim from the watermark finds nothing and starts over.
+    let mut watermark = claim_watermark(&policy)?;
+    let (claimed, last_key) = loop {
+        let (claimed, last_key) = claim_keys(&rel, &elig, &batch, max_rows, watermark.as_deref())?;
+        if claimed > 0 || watermark.is_none() {
+            break (claimed, last_key);
+        }
+        watermark = None;
+    };
     if claimed == 0 {
         Spi::run_with_args(
             "DELETE FROM retention.batches WHERE id = $1::uuid",
@@ -201,8 +194,8 @@ pub fn claim(
         return Ok(None);
     }
     Spi::run_with_args(
-        "UPDATE retention.batches SET rows = $2 WHERE id = $1::uuid",
-        &[batch.as_str().into(), claimed.into()],
+        "UPDATE retention.batches SET rows = $2, last_key = $3 WHERE id = $1::uuid",
+        &[batch.as_str().into(), claimed.into(), last_key.into()],
     )?;
     LedgerEntry {
         method: "claim",
@@ -216,6 +209,65 @@ pub fn claim(
     }
     .append()?;
     Ok(Some(batch))
+}
+
+/// Where the next claim of `policy` starts: after the last key of its latest batch, unless that
+/// batch was released or expired (its rows are to be claimed again first).
+fn claim_watermark(policy: &Policy) -> Result<Option<Vec<Option<String>>>> {
+    Ok(Spi::get_one_with_args::<Vec<Option<String>>>(
+        "SELECT CASE WHEN b.state IN ('claimed', 'pruned') THEN b.last_key END
+           FROM retention.batches b WHERE b.policy_id = $1
+          ORDER BY b.claimed_at DESC LIMIT 1",
+        &[policy.id.into()],
+    )?)
+}
+
+/// Freezes up to `max_rows` keys after `after` (in key order) into `batch`; returns how many,
+/// and the highest.
+fn claim_keys(
+    rel: &RelationInfo,
+    elig: &Eligibility<'_>,
+    batch: &str,
+    max_rows: i32,
+    after: Option<&[Option<String>]>,
+) -> Result<(i64, Option<Vec<Option<String>>>)> {
+    let key = key_array(rel);
+    let order = pk_order(rel);
+    let typed_pk = rel
+        .pk
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("t.{} AS __pk{i}", crate::sql_text::ident(c)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let last_order = (0..rel.pk.len())
+        .map(|i| format!("__pk{i} DESC"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "WITH cand AS (
+             SELECT {key} AS key, {typed_pk} FROM ONLY {table} t
+              WHERE {eligible} AND {after}
+                AND NOT EXISTS (SELECT 1 FROM retention.batch_keys k WHERE k.relation = $2::bigint::oid AND k.key = {key})
+              ORDER BY {order} LIMIT {max_rows}
+                FOR UPDATE OF t SKIP LOCKED),
+         ins AS (INSERT INTO retention.batch_keys (relation, key, batch_id)
+                 SELECT $2::bigint::oid, cand.key, $1::uuid FROM cand ON CONFLICT DO NOTHING RETURNING 1)
+         SELECT (SELECT count(*) FROM ins), (SELECT key FROM cand ORDER BY {last_order} LIMIT 1)",
+        table = rel.qualified,
+        eligible = elig.age_predicate(Guards::ALL),
+        after = if after.is_some() {
+            key_after(rel, "$3")?
+        } else {
+            "$3::text[] IS NULL".into()
+        },
+    );
+    let after: Option<Vec<Option<String>>> = after.map(<[_]>::to_vec);
+    let (claimed, last) = Spi::get_two_with_args::<i64, Vec<Option<String>>>(
+        &sql,
+        &[batch.into(), i64::from(rel.oid).into(), after.into()],
+    )?;
+    Ok((claimed.unwrap_or(0), last))
 }
 
 /// The frames of a batch, in key order: the slice is their concatenation.

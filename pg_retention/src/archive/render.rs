@@ -59,6 +59,19 @@ pub fn key_match(rel: &RelationInfo) -> Result<String> {
     Ok(format!("({}) = ({})", left.join(", "), right.join(", ")))
 }
 
+/// True when the primary key of alias `t` comes after the key in text[] parameter `param`, in
+/// the primary key's own order (a row comparison an index range scan can start from).
+pub fn key_after(rel: &RelationInfo, param: &str) -> Result<String> {
+    let mut left = Vec::new();
+    let mut right = Vec::new();
+    for (i, c) in rel.pk.iter().enumerate() {
+        let ty = &rel.column(c)?.type_name;
+        left.push(format!("t.{}", ident(c)));
+        right.push(format!("({param}::text[])[{}]::{ty}", i + 1));
+    }
+    Ok(format!("({}) > ({})", left.join(", "), right.join(", ")))
+}
+
 /// Rows of batch `batch` (joined through its keys), in key order; `lock` takes row locks.
 pub fn batch_rows(rel: &RelationInfo, batch: &str, lock: bool) -> Result<Vec<Row>> {
     let sql = format!(
