@@ -277,10 +277,11 @@ fn hold_blocks_and_lift_releases_on_the_next_run() {
     assert_eq!(code, "55000");
 }
 
-#[test]
-fn hold_placed_mid_run_wins_for_every_later_batch() {
-    let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
+/// Table `q`: 1000 expired rows (ids in physical order, tenant = id % 2) whose deletes each take
+/// 3 ms and are logged in `del_log` (id, tenant, deleting transaction, time); an `age` policy of
+/// 50-row batches. Starts `CALL retention.run()` in another session and returns once more than
+/// 100 rows are gone, so the run is mid-way through its batches.
+fn slow_run_under_way(c: &Cluster, db: &mut Client) -> std::thread::JoinHandle<()> {
     db.batch_execute(
         "CREATE TABLE q (id int PRIMARY KEY, tenant int NOT NULL, created_at timestamptz NOT NULL);
          INSERT INTO q SELECT g, g % 2, now() - interval '90 days' FROM generate_series(1, 1000) g;
@@ -297,11 +298,19 @@ fn hold_placed_mid_run_wins_for_every_later_batch() {
         let mut db = Client::connect(&url, postgres::NoTls).unwrap();
         db.batch_execute("CALL retention.run()").unwrap();
     });
-    // Wait until the run is under way, then place the hold from another session.
     assert!(c.wait_until(std::time::Duration::from_secs(30), || count(
-        &mut db,
+        db,
         "SELECT count(*) FROM del_log"
     ) > 100));
+    runner
+}
+
+#[test]
+fn hold_placed_mid_run_wins_for_every_later_batch() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    let runner = slow_run_under_way(&c, &mut db);
+    // The run is under way: place the hold from another session.
     let mut tx = db.transaction().unwrap();
     tx.execute(
         "SELECT retention.place_hold('q', 'tenant = 1', 'late hold', 'tester')",
@@ -354,26 +363,7 @@ fn hold_placed_mid_run_wins_for_every_later_batch() {
 fn a_foreign_key_added_mid_run_protects_referenced_rows_from_the_next_batch() {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");
-    db.batch_execute(
-        "CREATE TABLE q (id int PRIMARY KEY, created_at timestamptz NOT NULL);
-         INSERT INTO q SELECT g, now() - interval '90 days' FROM generate_series(1, 1000) g;
-         CREATE TABLE del_log (id int);
-         CREATE FUNCTION log_del() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN INSERT INTO del_log VALUES (OLD.id); PERFORM pg_sleep(0.003); RETURN OLD; END $$;
-         CREATE TRIGGER log_del AFTER DELETE ON q FOR EACH ROW EXECUTE FUNCTION log_del();
-         SELECT retention.add_policy(name => 'q', relation => 'q', kind => 'age', age_column => 'created_at',
-                older_than => '30 days', batch_size => 50);",
-    )
-    .unwrap();
-    let url = c.url("postgres");
-    let runner = std::thread::spawn(move || {
-        let mut db = Client::connect(&url, postgres::NoTls).unwrap();
-        db.batch_execute("CALL retention.run()").unwrap();
-    });
-    assert!(c.wait_until(std::time::Duration::from_secs(30), || count(
-        &mut db,
-        "SELECT count(*) FROM del_log"
-    ) > 100));
+    let runner = slow_run_under_way(&c, &mut db);
     // Takes its lock between two batches; rows 901..1000 come last in physical order.
     db.batch_execute(
         "CREATE TABLE refs (q_id int REFERENCES q ON DELETE CASCADE);

@@ -47,29 +47,28 @@ pub fn pk_order(rel: &RelationInfo) -> String {
         .join(", ")
 }
 
-/// Matches alias `t` with the batch key `k.key` (text back through each key type's input).
-pub fn key_match(rel: &RelationInfo) -> Result<String> {
+/// Compares the primary key of alias `t` with the text[] key `key` (each element back through
+/// its column type's input) as one row comparison: `=` matches a batch key, `>` is "after it"
+/// in the primary key's own order, which an index range scan can start from.
+fn key_compare(rel: &RelationInfo, op: &str, key: &str) -> Result<String> {
     let mut left = Vec::new();
     let mut right = Vec::new();
     for (i, c) in rel.pk.iter().enumerate() {
         let ty = &rel.column(c)?.type_name;
         left.push(format!("t.{}", ident(c)));
-        right.push(format!("(k.key[{}])::{ty}", i + 1));
+        right.push(format!("({key})[{}]::{ty}", i + 1));
     }
-    Ok(format!("({}) = ({})", left.join(", "), right.join(", ")))
+    Ok(format!("({}) {op} ({})", left.join(", "), right.join(", ")))
 }
 
-/// True when the primary key of alias `t` comes after the key in text[] parameter `param`, in
-/// the primary key's own order (a row comparison an index range scan can start from).
+/// Matches alias `t` with the batch key `k.key`.
+pub fn key_match(rel: &RelationInfo) -> Result<String> {
+    key_compare(rel, "=", "k.key")
+}
+
+/// True when the primary key of alias `t` comes after the key in text[] parameter `param`.
 pub fn key_after(rel: &RelationInfo, param: &str) -> Result<String> {
-    let mut left = Vec::new();
-    let mut right = Vec::new();
-    for (i, c) in rel.pk.iter().enumerate() {
-        let ty = &rel.column(c)?.type_name;
-        left.push(format!("t.{}", ident(c)));
-        right.push(format!("({param}::text[])[{}]::{ty}", i + 1));
-    }
-    Ok(format!("({}) > ({})", left.join(", "), right.join(", ")))
+    key_compare(rel, ">", &format!("{param}::text[]"))
 }
 
 /// Rows of batch `batch` (joined through its keys), in key order; `lock` takes row locks.
