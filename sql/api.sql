@@ -479,6 +479,13 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT retention._batch_frames(batch::text) $fn$;
 
+-- The frames of batch_frames concatenated: the slice, in one value (one call, one copy).
+CREATE FUNCTION retention.batch_slice(batch uuid) RETURNS bytea
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+    SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
+    SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $fn$ SELECT retention._batch_slice(batch::text) $fn$;
+
 CREATE FUNCTION retention.extend_lease(batch uuid, lease interval) RETURNS timestamptz
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
 AS $fn$ SELECT (retention._result(retention._extend_lease(batch::text, lease::text)) #>> '{}')::timestamptz $fn$;
@@ -514,7 +521,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.batch_manifest(uuid, boolean),
-    retention.batch_frames(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text),
+    retention.batch_frames(uuid), retention.batch_slice(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text),
     retention.complete_batch(uuid, text, text, bigint, bigint, text), retention.archive_policies(),
     retention.health()
     TO retention_archiver;

@@ -10,24 +10,28 @@ CREATE TABLE retention.batches (
     state          text NOT NULL CHECK (state IN ('claimed', 'pruned', 'released', 'expired')),
     owner          text,
     rows           bigint NOT NULL,
-    -- The batch's highest key: the next claim of the policy starts after it (see claim_batch).
+    -- The batch's lowest and highest key. A live batch's range is not claimed by anyone else,
+    -- and the next claim of the policy starts after last_key (see claim_batch).
+    first_key      text[],
     last_key       text[],
+    -- Text output of the least and greatest age_column value among the rows when claimed.
+    age_min        text,
+    age_max        text,
     claimed_at     timestamptz NOT NULL DEFAULT now(),
     lease_until    timestamptz NOT NULL,
     finished_at    timestamptz,
     finish_reason  text
 );
 CREATE INDEX batches_live ON retention.batches (policy_id) WHERE state = 'claimed';
+CREATE INDEX batches_live_relation ON retention.batches (relation) WHERE state = 'claimed';
 
--- The enumerated keys of live batches (text output of each primary-key column, in key order).
--- The primary key makes two live batches of one table disjoint. Rows go when the batch ends.
+-- The enumerated key set of each live batch: the text output of each primary-key column, key
+-- after key in key order, in one array (one row per batch, not per key: claims and prunes
+-- write one tuple). The row goes when the batch ends.
 CREATE TABLE retention.batch_keys (
-    relation oid NOT NULL,
-    key      text[] NOT NULL,
-    batch_id uuid NOT NULL REFERENCES retention.batches (id),
-    PRIMARY KEY (relation, key)
+    batch_id uuid PRIMARY KEY REFERENCES retention.batches (id),
+    keys     text[] NOT NULL
 );
-CREATE INDEX batch_keys_batch ON retention.batch_keys (batch_id);
 
 -- Every verified archive object whose rows were pruned. Never pruned, never changed.
 CREATE TABLE retention.archive_records (

@@ -96,16 +96,13 @@ impl Db {
         Ok(serde_json::from_str(row.get::<_, &str>(0))?)
     }
 
-    /// The batch's frames, in order.
-    pub async fn frames(&self, batch: &str) -> Result<Vec<Vec<u8>>> {
-        let rows = self
+    /// The batch's slice: its frames in order, concatenated.
+    pub async fn slice(&self, batch: &str) -> Result<Vec<u8>> {
+        let row = self
             .client
-            .query(
-                "SELECT f FROM retention.batch_frames($1::text::uuid) f",
-                &[&batch],
-            )
+            .query_one("SELECT retention.batch_slice($1::text::uuid)", &[&batch])
             .await?;
-        Ok(rows.into_iter().map(|r| r.get::<_, Vec<u8>>(0)).collect())
+        Ok(row.get::<_, Vec<u8>>(0))
     }
 
     /// Extends the batch's lease.

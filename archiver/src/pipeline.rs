@@ -10,7 +10,7 @@ use crate::keys::{manifest_key, slice_key};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use bytes::Bytes;
-use pg_retention_format::{summarize, verify_slice, Manifest};
+use pg_retention_format::{decode_frames, verify_slice, Manifest};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -155,8 +155,14 @@ fn spawn_lease_extender(ctx: &Context, policy: &str, batch: &str) -> tokio::task
 
 async fn write_and_prune(ctx: &Context, policy: &str, batch: &str) -> Result<Outcome> {
     let mut manifest = ctx.db.manifest(batch).await?;
-    let frames = ctx.db.frames(batch).await?;
-    let (digest, rows, bytes) = summarize(frames.iter().map(Vec::as_slice));
+    let slice = Bytes::from(ctx.db.slice(batch).await?);
+    // Decoding proves the extension's bytes are whole frames before anything is written.
+    let rows = decode_frames(&slice)
+        .map_err(|e| Error::Verify {
+            key: batch.to_owned(),
+            reason: format!("the slice the extension rendered does not decode: {e}"),
+        })?
+        .len() as u64;
     if rows != manifest.rows {
         return Err(Error::Verify {
             key: batch.to_owned(),
@@ -166,10 +172,10 @@ async fn write_and_prune(ctx: &Context, policy: &str, batch: &str) -> Result<Out
             ),
         });
     }
+    let digest = blake3::hash(&slice).to_hex().to_string();
+    let bytes = slice.len() as u64;
     manifest.blake3 = digest.clone();
     manifest.bytes = bytes;
-    let slice = Bytes::from(frames.concat());
-    drop(frames);
     let manifest_bytes = Bytes::from(serde_json::to_vec_pretty(&manifest)?);
     let (skey, mkey) = (slice_key(&manifest), manifest_key(&manifest));
     if fault::armed("mid-upload") {

@@ -15,7 +15,7 @@ pub struct Row {
     pub columns: Vec<Option<String>>,
 }
 
-fn write_values(buf: &mut Vec<u8>, values: &[Option<String>]) {
+fn write_values<S: AsRef<str>>(buf: &mut Vec<u8>, values: &[Option<S>]) {
     // Writing into a Vec cannot fail; the results are ignored deliberately.
     let _ = rmp::encode::write_array_len(buf, values.len() as u32);
     for v in values {
@@ -24,27 +24,40 @@ fn write_values(buf: &mut Vec<u8>, values: &[Option<String>]) {
                 let _ = rmp::encode::write_nil(buf);
             }
             Some(s) => {
-                let _ = rmp::encode::write_str(buf, s);
+                let _ = rmp::encode::write_str(buf, s.as_ref());
             }
         }
     }
 }
 
-/// Encodes one row as a complete frame (length prefix included).
-pub fn encode_frame(row: &Row) -> Result<Vec<u8>> {
-    let mut body = Vec::with_capacity(64);
-    let _ = rmp::encode::write_array_len(&mut body, 2);
-    write_values(&mut body, &row.key);
-    write_values(&mut body, &row.columns);
-    if body.len() > MAX_FRAME_LEN {
+/// Appends one row as a complete frame (length prefix included) to `out`; returns the frame's
+/// length. On error `out` is left as it was.
+pub fn append_frame<S: AsRef<str>>(
+    out: &mut Vec<u8>,
+    key: &[Option<S>],
+    columns: &[Option<S>],
+) -> Result<usize> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let _ = rmp::encode::write_array_len(out, 2);
+    write_values(out, key);
+    write_values(out, columns);
+    let body = out.len() - start - 4;
+    if body > MAX_FRAME_LEN {
+        out.truncate(start);
         return Err(FormatError::RowTooLarge {
-            len: body.len(),
+            len: body,
             max: MAX_FRAME_LEN,
         });
     }
-    let mut frame = Vec::with_capacity(body.len() + 4);
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&body);
+    out[start..start + 4].copy_from_slice(&(body as u32).to_be_bytes());
+    Ok(out.len() - start)
+}
+
+/// Encodes one row as a complete frame (length prefix included).
+pub fn encode_frame(row: &Row) -> Result<Vec<u8>> {
+    let mut frame = Vec::with_capacity(68);
+    append_frame(&mut frame, &row.key, &row.columns)?;
     Ok(frame)
 }
 

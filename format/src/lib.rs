@@ -15,7 +15,7 @@ pub mod verify;
 
 pub use digest::SliceHasher;
 pub use error::{FormatError, Result};
-pub use frame::{decode_frames, encode_frame, Row, MAX_FRAME_LEN};
+pub use frame::{append_frame, decode_frames, encode_frame, Row, MAX_FRAME_LEN};
 pub use manifest::{ColumnSpec, Manifest, FORMAT_VERSION};
 pub use stream::StreamDecoder;
 pub use verify::{summarize, verify_slice};

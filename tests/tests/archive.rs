@@ -387,6 +387,120 @@ fn claims_walk_forward_and_come_back_for_released_rows() {
     assert_eq!(seen, want, "every eligible row claimed exactly once");
 }
 
+/// A claim starts after the policy's previous batch even when it was pruned: a row behind it
+/// that became eligible later waits until a claim from there finds nothing, then is claimed.
+#[test]
+fn a_claim_starts_after_the_last_batch_and_reaches_rows_behind_it_last() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let first = claim(&mut db, 10).unwrap();
+    assert_eq!(batch_ids(&mut db, &first).last(), Some(&42));
+    let (_, digest, rows, bytes) = slice(&mut db, &first);
+    assert_eq!(complete(&mut db, &first, &digest, rows, bytes).unwrap(), 10);
+    // Row 35 (open until now) closes long ago: eligible, but behind the last batch.
+    db.batch_execute(
+        "UPDATE audit SET status = 'closed', closed_at = now() - interval '35 days' WHERE id = 35",
+    )
+    .unwrap();
+    let next = claim(&mut db, 10).unwrap();
+    let ids = batch_ids(&mut db, &next);
+    assert_eq!(
+        ids.first(),
+        Some(&43),
+        "continues after the pruned batch: {ids:?}"
+    );
+    let mut later = Vec::new();
+    while let Some(b) = claim(&mut db, 10) {
+        later.push(batch_ids(&mut db, &b));
+    }
+    assert_eq!(
+        later.last(),
+        Some(&vec![35]),
+        "row 35 comes last, once: {later:?}"
+    );
+    assert!(later[..later.len() - 1]
+        .iter()
+        .flatten()
+        .all(|&id| id != 35));
+}
+
+/// Two-column text/int keys: frames carry both key values, batches are disjoint in key order,
+/// batch_slice is batch_frames concatenated, the manifest's age range is the batch's, and
+/// complete prunes exactly each batch.
+#[test]
+fn a_composite_key_batch_round_trips_and_prunes_exactly_its_rows() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE ev (tenant text, seq int, at timestamptz NOT NULL, body text, done bool NOT NULL DEFAULT true,
+                          PRIMARY KEY (tenant, seq));
+         INSERT INTO ev (tenant, seq, at, body)
+              SELECT t, g, now() - make_interval(days => 40 + g), 'b' || g
+                FROM unnest(ARRAY['a b', 'z''q']) t, generate_series(1, 7) g;
+         INSERT INTO ev (tenant, seq, at, body) SELECT 'm', g, now(), 'young' FROM generate_series(1, 3) g;
+         SELECT retention.add_policy(name => 'ev', relation => 'ev', kind => 'age', age_column => 'at',
+                older_than => '30 days', terminal => 'done', action => 'archive_then_delete');",
+    )
+    .unwrap();
+    let mut keys = Vec::new();
+    for max_rows in [5, 20] {
+        let batch: String = db
+            .query_one("SELECT retention.claim_batch('ev', $1)::text", &[&max_rows])
+            .unwrap()
+            .get(0);
+        let (bytes, digest, rows, nbytes) = slice(&mut db, &batch);
+        let whole: Vec<u8> = db
+            .query_one("SELECT retention.batch_slice($1::text::uuid)", &[&batch])
+            .unwrap()
+            .get(0);
+        assert_eq!(whole, bytes, "batch_slice is batch_frames concatenated");
+        let decoded = decode_frames(&bytes).unwrap();
+        let manifest: serde_json::Value = serde_json::from_str(
+            &db.query_one(
+                "SELECT retention.batch_manifest($1::text::uuid, false)::text",
+                &[&batch],
+            )
+            .unwrap()
+            .get::<_, String>(0),
+        )
+        .unwrap();
+        db.batch_execute("SET TimeZone = 'UTC'").unwrap();
+        let range = db
+            .query_one(
+                "SELECT min(at)::text, max(at)::text FROM ev
+                  WHERE (tenant, seq::text) IN (SELECT * FROM unnest($1::text[], $2::text[]))",
+                &[
+                    &decoded.iter().map(|r| r.key[0].clone()).collect::<Vec<_>>(),
+                    &decoded.iter().map(|r| r.key[1].clone()).collect::<Vec<_>>(),
+                ],
+            )
+            .unwrap();
+        let (lo, hi): (String, String) = (range.get(0), range.get(1));
+        assert_eq!(manifest["age_min"].as_str(), Some(lo.as_str()));
+        assert_eq!(manifest["age_max"].as_str(), Some(hi.as_str()));
+        assert_eq!(
+            manifest["key_columns"],
+            serde_json::json!(["tenant", "seq"])
+        );
+        keys.extend(decoded.iter().map(|r| r.key.clone()));
+        assert_eq!(
+            complete(&mut db, &batch, &digest, rows, nbytes).unwrap(),
+            rows
+        );
+    }
+    let want: Vec<Vec<Option<String>>> = ["a b", "z'q"]
+        .iter()
+        .flat_map(|t| (1..=7).map(move |g| vec![Some(t.to_string()), Some(g.to_string())]))
+        .collect();
+    assert_eq!(keys, want, "both batches, in key order, every old row once");
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM ev"), 3);
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM ev WHERE tenant = 'm'"),
+        3
+    );
+}
+
 #[test]
 fn concurrent_claims_never_overlap() {
     let c = Cluster::start(&[]);

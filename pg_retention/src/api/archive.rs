@@ -27,6 +27,13 @@ fn _batch_frames(batch: &str) -> SetOfIterator<'static, Vec<u8>> {
     SetOfIterator::new(batch::batch_frames(batch).or_report())
 }
 
+/// The slice of a batch: its frames in key order, concatenated.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, public, pg_temp)]
+fn _batch_slice(batch: &str) -> Vec<u8> {
+    batch::batch_slice(batch).or_report()
+}
+
 /// Extends a lease; `{"ok": new end}`.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, public, pg_temp)]

@@ -1,6 +1,6 @@
 //! The archive protocol: claim → frames/manifest → complete (or release / lease expiry).
 
-use super::render::{batch_rows, frames, key_after, key_array, key_match, pk_order};
+use super::render::{for_each_rendered, key_compare, pk_order, render_batch, KeySet, Rendered};
 use crate::catalog::{
     active_holds, caller, optional_one, query_json, HoldFence, Kind, LedgerEntry, Policy,
     RelationInfo,
@@ -24,6 +24,8 @@ struct Batch {
     state: String,
     owner: Option<String>,
     rows: i64,
+    age_min: Option<String>,
+    age_max: Option<String>,
     claimed_at: String,
 }
 
@@ -31,7 +33,7 @@ fn load_batch(id: &str, lock: bool) -> Result<Batch> {
     let sql = format!(
         "SELECT jsonb_build_object('id', b.id::text, 'policy_id', b.policy_id, 'policy_version', b.policy_version,
                 'relation', b.relation::bigint, 'relation_name', b.relation_name, 'state', b.state,
-                'owner', b.owner, 'rows', b.rows,
+                'owner', b.owner, 'rows', b.rows, 'age_min', b.age_min, 'age_max', b.age_max,
                 'claimed_at', to_char(b.claimed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))
            FROM retention.batches b WHERE b.id = $1::uuid {}",
         if lock { "FOR UPDATE" } else { "" }
@@ -161,47 +163,54 @@ pub fn claim(
             "archive policies are age policies".into(),
         ));
     }
+    // Claims walk the table in key order from where the policy's last batch ended, so a claim
+    // never reads again past the rows earlier batches pruned (whose dead index entries stay
+    // until vacuum). Rows behind the watermark (released batches, rows that became eligible
+    // later) are claimed when a claim from the watermark finds nothing and starts over.
+    let mut watermark = claim_watermark(&policy)?;
+    let live = live_ranges(&rel)?;
+    let claimed = loop {
+        let claimed = claim_keys(&policy, &rel, &elig, max_rows, watermark.as_deref(), &live)?;
+        if !claimed.keys.is_empty() || watermark.is_none() {
+            break claimed;
+        }
+        watermark = None;
+    };
+    let arity = rel.pk.len().max(1);
+    let rows = (claimed.keys.len() / arity) as i64;
+    if rows == 0 {
+        return Ok(None);
+    }
+    let first_key = claimed.keys[..arity].to_vec();
+    let last_key = claimed.keys[claimed.keys.len() - arity..].to_vec();
     let batch = Spi::get_one_with_args::<String>(
-        "INSERT INTO retention.batches (policy_id, policy_version, relation, relation_name, state, owner, rows, lease_until)
-         VALUES ($1, $2, $3::bigint::oid, $4, 'claimed', $5, 0, now() + $6::interval) RETURNING id::text",
+        "INSERT INTO retention.batches (policy_id, policy_version, relation, relation_name, state, owner, rows,
+                                        first_key, last_key, age_min, age_max, lease_until)
+         VALUES ($1, $2, $3::bigint::oid, $4, 'claimed', $5, $6, $7, $8, $9, $10, now() + $11::interval) RETURNING id::text",
         &[
             policy.id.into(),
             policy.version.into(),
             i64::from(policy.relation).into(),
             policy.relation_name.as_str().into(),
             owner.into(),
+            rows.into(),
+            first_key.into(),
+            last_key.into(),
+            claimed.age_min.into(),
+            claimed.age_max.into(),
             lease.into(),
         ],
     )?
     .ok_or_else(|| RetentionError::Internal("batch insert returned nothing".into()))?;
-    // Claims walk the table in key order from where the policy's last batch ended, so a claim
-    // never reads again past the rows earlier batches pruned (whose dead index entries stay
-    // until vacuum). Rows behind the watermark (released batches, rows that became eligible
-    // later) are claimed when a claim from the watermark finds nothing and starts over.
-    let mut watermark = claim_watermark(&policy)?;
-    let (claimed, last_key) = loop {
-        let (claimed, last_key) = claim_keys(&rel, &elig, &batch, max_rows, watermark.as_deref())?;
-        if claimed > 0 || watermark.is_none() {
-            break (claimed, last_key);
-        }
-        watermark = None;
-    };
-    if claimed == 0 {
-        Spi::run_with_args(
-            "DELETE FROM retention.batches WHERE id = $1::uuid",
-            &[batch.as_str().into()],
-        )?;
-        return Ok(None);
-    }
     Spi::run_with_args(
-        "UPDATE retention.batches SET rows = $2, last_key = $3 WHERE id = $1::uuid",
-        &[batch.as_str().into(), claimed.into(), last_key.into()],
+        "INSERT INTO retention.batch_keys (batch_id, keys) VALUES ($1::uuid, $2)",
+        &[batch.as_str().into(), claimed.keys.into()],
     )?;
     LedgerEntry {
         method: "claim",
         policy: Some(&policy),
         relation: None,
-        rows: claimed,
+        rows,
         hold_ids: holds.iter().map(|h| h.id).collect(),
         actor: owner.unwrap_or(&caller()),
         run_id: None,
@@ -214,64 +223,145 @@ pub fn claim(
 /// Where the next claim of `policy` starts: after the last key of its latest batch, unless that
 /// batch was released or expired (its rows are to be claimed again first).
 fn claim_watermark(policy: &Policy) -> Result<Option<Vec<Option<String>>>> {
-    Ok(Spi::get_one_with_args::<Vec<Option<String>>>(
+    optional_one::<Vec<Option<String>>>(
         "SELECT CASE WHEN b.state IN ('claimed', 'pruned') THEN b.last_key END
            FROM retention.batches b WHERE b.policy_id = $1
           ORDER BY b.claimed_at DESC LIMIT 1",
         &[policy.id.into()],
-    )?)
+    )
 }
 
-/// Freezes up to `max_rows` keys after `after` (in key order) into `batch`; returns how many,
-/// and the highest.
+/// First and last key of every live batch of the table (any policy): nobody else claims a row
+/// inside them while the batch lives.
+type KeyRange = (Vec<Option<String>>, Vec<Option<String>>);
+
+fn live_ranges(rel: &RelationInfo) -> Result<Vec<KeyRange>> {
+    Ok(query_json::<Vec<KeyRange>>(
+        "SELECT coalesce(jsonb_agg(jsonb_build_array(b.first_key, b.last_key)), '[]')
+           FROM retention.batches b
+          WHERE b.relation = $1::bigint::oid AND b.state = 'claimed' AND b.first_key IS NOT NULL",
+        &[i64::from(rel.oid).into()],
+    )?
+    .unwrap_or_default())
+}
+
+/// What a claim statement froze.
+struct Claimed {
+    /// Keys in key order, flattened (primary-key arity values each).
+    keys: Vec<Option<String>>,
+    age_min: Option<String>,
+    age_max: Option<String>,
+}
+
+/// A text[] literal of `key`.
+fn key_literal(key: &[Option<String>]) -> String {
+    let items: Vec<String> = key
+        .iter()
+        .map(|v| v.as_deref().map_or("NULL".into(), crate::sql_text::literal))
+        .collect();
+    format!("ARRAY[{}]::text[]", items.join(", "))
+}
+
+/// Locks and renders the keys of up to `max_rows` eligible rows after `after` (in key order)
+/// outside the live batches' ranges. Rows another transaction holds locked (a concurrent claim)
+/// are skipped.
 fn claim_keys(
+    policy: &Policy,
     rel: &RelationInfo,
     elig: &Eligibility<'_>,
-    batch: &str,
     max_rows: i32,
     after: Option<&[Option<String>]>,
-) -> Result<(i64, Option<Vec<Option<String>>>)> {
-    let key = key_array(rel);
-    let order = pk_order(rel);
-    let typed_pk = rel
+    live: &[KeyRange],
+) -> Result<Claimed> {
+    let pk_cols = rel
         .pk
         .iter()
-        .enumerate()
-        .map(|(i, c)| format!("t.{} AS __pk{i}", crate::sql_text::ident(c)))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let last_order = (0..rel.pk.len())
-        .map(|i| format!("__pk{i} DESC"))
-        .collect::<Vec<_>>()
-        .join(", ");
+        .map(|c| crate::sql_text::ident(c))
+        .collect::<Vec<_>>();
+    let age = crate::sql_text::ident(policy.age_column.as_deref().unwrap_or_default());
+    let mut outside = Vec::new();
+    for (first, last) in live {
+        outside.push(format!(
+            "NOT ({} AND {})",
+            key_compare(rel, ">=", &key_literal(first))?,
+            key_compare(rel, "<=", &key_literal(last))?
+        ));
+    }
     let sql = format!(
-        "WITH cand AS (
-             SELECT {key} AS key, {typed_pk} FROM ONLY {table} t
-              WHERE {eligible} AND {after}
-                AND NOT EXISTS (SELECT 1 FROM retention.batch_keys k WHERE k.relation = $2::bigint::oid AND k.key = {key})
+        "WITH cand AS MATERIALIZED (
+             SELECT {t_pk}, t.{age} AS __retention_age FROM ONLY {table} t
+              WHERE {eligible} AND {after} AND {outside}
               ORDER BY {order} LIMIT {max_rows}
-                FOR UPDATE OF t SKIP LOCKED),
-         ins AS (INSERT INTO retention.batch_keys (relation, key, batch_id)
-                 SELECT $2::bigint::oid, cand.key, $1::uuid FROM cand ON CONFLICT DO NOTHING RETURNING 1)
-         SELECT (SELECT count(*) FROM ins), (SELECT key FROM cand ORDER BY {last_order} LIMIT 1)",
+                FOR UPDATE OF t SKIP LOCKED)
+         SELECT {pk}, (SELECT min(__retention_age) FROM cand), (SELECT max(__retention_age) FROM cand)
+           FROM cand ORDER BY {pk}",
+        t_pk = pk_cols.iter().map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", "),
+        pk = pk_cols.join(", "),
         table = rel.qualified,
         eligible = elig.age_predicate(Guards::ALL),
         after = if after.is_some() {
-            key_after(rel, "$3")?
+            key_compare(rel, ">", "$1::text[]")?
         } else {
-            "$3::text[] IS NULL".into()
+            "$1::text[] IS NULL".into()
         },
+        outside = if outside.is_empty() { "true".into() } else { outside.join(" AND ") },
+        order = pk_order(rel),
     );
     let after: Option<Vec<Option<String>>> = after.map(<[_]>::to_vec);
-    let (claimed, last) = Spi::get_two_with_args::<i64, Vec<Option<String>>>(
-        &sql,
-        &[batch.into(), i64::from(rel.oid).into(), after.into()],
-    )?;
-    Ok((claimed.unwrap_or(0), last))
+    let arity = pk_cols.len();
+    let mut claimed = Claimed {
+        keys: Vec::with_capacity(max_rows.clamp(0, 100_000) as usize * arity),
+        age_min: None,
+        age_max: None,
+    };
+    for_each_rendered(&sql, &[after.into()], |values| {
+        let owned = |i: usize| values.get(i).copied().flatten().map(str::to_owned);
+        if claimed.keys.is_empty() {
+            (claimed.age_min, claimed.age_max) = (owned(arity), owned(arity + 1));
+        }
+        claimed.keys.extend((0..arity).map(owned));
+        Ok(())
+    })?;
+    Ok(claimed)
 }
 
-/// The frames of a batch, in key order: the slice is their concatenation.
+/// The frozen key set of a live batch.
+fn batch_keys(id: &str) -> Result<Vec<Option<String>>> {
+    Ok(optional_one::<Vec<Option<String>>>(
+        "SELECT keys FROM retention.batch_keys WHERE batch_id = $1::uuid",
+        &[id.into()],
+    )?
+    .unwrap_or_default())
+}
+
+/// The batch's rows as they are now, rendered in key order, each with its ctid; `lock` takes
+/// row locks.
+fn current_rows(rel: &RelationInfo, id: &str, lock: bool) -> Result<Rendered> {
+    let flat = batch_keys(id)?;
+    render_batch(
+        rel,
+        &KeySet {
+            flat: &flat,
+            arity: rel.pk.len(),
+        },
+        lock,
+    )
+}
+
+/// The frames of a batch, in key order.
 pub fn batch_frames(id: &str) -> Result<Vec<Vec<u8>>> {
+    Ok(batch_slice_rendered(id)?
+        .frames()
+        .map(<[u8]>::to_vec)
+        .collect())
+}
+
+/// The slice of a batch: its frames in key order, concatenated (what the archiver writes).
+pub fn batch_slice(id: &str) -> Result<Vec<u8>> {
+    Ok(batch_slice_rendered(id)?.slice)
+}
+
+fn batch_slice_rendered(id: &str) -> Result<Rendered> {
     let b = load_batch(id, false)?;
     if b.state != "claimed" {
         return Err(RetentionError::BatchState {
@@ -281,7 +371,7 @@ pub fn batch_frames(id: &str) -> Result<Vec<Vec<u8>>> {
         });
     }
     let (_, rel) = batch_policy(&b)?;
-    frames(&batch_rows(&rel, id, false)?)
+    current_rows(&rel, id, false)
 }
 
 /// The manifest of a batch as it would be written next to its slice.
@@ -293,21 +383,10 @@ pub fn manifest(id: &str, digest: bool) -> Result<Manifest> {
     let b = load_batch(id, false)?;
     let (policy, rel) = batch_policy(&b)?;
     let (blake3, rows, bytes) = if digest {
-        let framed = frames(&batch_rows(&rel, id, false)?)?;
-        summarize(framed.iter().map(Vec::as_slice))
+        summarize(current_rows(&rel, id, false)?.frames())
     } else {
         (String::new(), b.rows.max(0) as u64, 0)
     };
-    let age = crate::sql_text::ident(policy.age_column.as_deref().unwrap_or_default());
-    let (age_min, age_max) = Spi::get_two_with_args::<String, String>(
-        &format!(
-            "SELECT format('%s', min(t.{age})), format('%s', max(t.{age})) FROM ONLY {table} t
-               JOIN retention.batch_keys k ON k.batch_id = $1::uuid AND {matches}",
-            table = rel.qualified,
-            matches = key_match(&rel)?,
-        ),
-        &[id.into()],
-    )?;
     let database = Spi::get_one::<String>("SELECT current_database()::text")?.unwrap_or_default();
     // Always schema-qualified, whatever the search path: object keys are built from it.
     let relation = Spi::get_one_with_args::<String>(
@@ -335,8 +414,8 @@ pub fn manifest(id: &str, digest: bool) -> Result<Manifest> {
         rows,
         bytes,
         blake3,
-        age_min,
-        age_max,
+        age_min: b.age_min,
+        age_max: b.age_max,
         created_at: b.claimed_at,
         supersedes: None,
     })
@@ -426,9 +505,11 @@ pub fn complete(
         ));
     }
     let (policy, rel) = batch_policy(&b)?;
-    // Lock the rows and render them exactly as the frames were rendered.
-    let current = frames(&batch_rows(&rel, id, true)?)?;
-    let (digest, n, nbytes) = summarize(current.iter().map(Vec::as_slice));
+    // Lock the rows and render them exactly as the frames were rendered. While we hold the
+    // locks nobody moves them, so the prune below finds each by the ctid it had here.
+    let locked = current_rows(&rel, id, true)?;
+    let (digest, n, nbytes) = summarize(locked.frames());
+    let ctids = locked.extra;
     let mismatch = |reason: String| {
         Err(RetentionError::ArchiveMismatch {
             batch: b.id.clone(),
@@ -459,16 +540,15 @@ pub fn complete(
         let guard = elig.age_predicate(Guards::ALL);
         let (deleted, fenced) = Spi::get_two_with_args::<i64, bool>(
             &format!(
-                "WITH d AS (DELETE FROM ONLY {table} t USING retention.batch_keys k
-                             WHERE k.batch_id = $1::uuid AND {matches} AND {guards}
+                "WITH d AS (DELETE FROM ONLY {table} t
+                             WHERE t.ctid = ANY ($1::text[]::tid[]) AND {guards}
                                AND NOT {fenced} RETURNING 1)
                  SELECT (SELECT count(*) FROM d), {fenced}",
                 fenced = fence.tripped(),
                 table = rel.qualified,
-                matches = key_match(&rel)?,
                 guards = guard,
             ),
-            &[id.into()],
+            &[ctids.clone().into()],
         )?;
         if fenced != Some(true) || attempt >= 5 {
             break (deleted.unwrap_or(0), holds);

@@ -1,41 +1,157 @@
-//! Rendering rows into slice frames. Every value is its type's text output (`format('%s', v)`
-//! calls the output function), NULL stays NULL, columns in attribute order, rows in primary-key
-//! order. The SQL wrappers pin TimeZone, DateStyle, IntervalStyle, extra_float_digits and
-//! bytea_output so the same rows render to the same bytes in any session.
+//! Rendering rows into slice frames. Every value is its type's text output (the type's output
+//! function, called from Rust on the datums SPI returns, as COPY does), NULL stays NULL, columns
+//! in attribute order, rows in primary-key order. The SQL wrappers pin TimeZone, DateStyle,
+//! IntervalStyle, extra_float_digits and bytea_output so the same rows render to the same bytes
+//! in any session.
 
 use crate::catalog::RelationInfo;
-use crate::error::Result;
+use crate::error::{Result, RetentionError};
 use crate::sql_text::ident;
-use pg_retention_format::{encode_frame, Row};
+use pg_retention_format::append_frame;
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
 use pgrx::prelude::*;
+use pgrx::PgMemoryContexts;
+use std::ffi::CStr;
 
-/// The text output of column `col` of alias `t`, NULL for NULL.
-fn text_of(col: &str) -> String {
-    let c = ident(col);
-    format!("CASE WHEN num_nulls(t.{c}) = 1 THEN NULL ELSE format('%s', t.{c}) END")
+/// The output function of one result column, looked up once per statement.
+struct OutputFn {
+    finfo: pg_sys::FmgrInfo,
 }
 
-/// `ARRAY[...]` of the primary-key values of alias `t` as text: the key of a claimed row.
-pub fn key_array(rel: &RelationInfo) -> String {
-    format!(
-        "ARRAY[{}]::text[]",
-        rel.pk
-            .iter()
-            .map(|c| text_of(c))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
+impl OutputFn {
+    /// # Safety
+    /// Inside a transaction, for the type of a live result column.
+    unsafe fn new(type_oid: pg_sys::Oid) -> OutputFn {
+        let mut func = pg_sys::Oid::INVALID;
+        let mut is_varlena = false;
+        pg_sys::getTypeOutputInfo(type_oid, &mut func, &mut is_varlena);
+        let mut finfo: pg_sys::FmgrInfo = std::mem::zeroed();
+        pg_sys::fmgr_info(func, &mut finfo);
+        OutputFn { finfo }
+    }
 }
 
-fn columns_array(rel: &RelationInfo) -> String {
-    format!(
-        "ARRAY[{}]::text[]",
-        rel.columns
-            .iter()
-            .map(|c| text_of(&c.name))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
+/// Runs `sql` and calls `each` once per result row with every column rendered to its text
+/// output (None for NULL). The strings live in a memory context reset after each row, so a
+/// batch costs one row's worth of rendered text at a time.
+pub fn for_each_rendered(
+    sql: &str,
+    args: &[DatumWithOid<'_>],
+    mut each: impl FnMut(&[Option<&str>]) -> Result<()>,
+) -> Result<()> {
+    Spi::connect_mut(|client| {
+        let table = client.update(sql, None, args)?;
+        let n = table.len();
+        if n == 0 {
+            return Ok(());
+        }
+        // SAFETY: SPI_tuptable is the result of the statement just run and stays valid until the
+        // next SPI call, which nothing below makes; each tuple is deformed against its own
+        // descriptor and every datum goes to the output function of its column's type.
+        unsafe {
+            let tt = pg_sys::SPI_tuptable;
+            let tupdesc = (*tt).tupdesc;
+            let natts = (*tupdesc).natts as usize;
+            let mut fns: Vec<OutputFn> = (1..=natts)
+                .map(|i| OutputFn::new(pg_sys::SPI_gettypeid(tupdesc, i as i32)))
+                .collect();
+            let mut values = vec![pg_sys::Datum::from(0usize); natts];
+            let mut nulls = vec![false; natts];
+            let mut scratch = PgMemoryContexts::new("pg_retention render");
+            for r in 0..n {
+                let tuple = *(*tt).vals.add(r);
+                pg_sys::heap_deform_tuple(tuple, tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+                let result = scratch.switch_to(|_| {
+                    let mut texts: Vec<Option<&str>> = Vec::with_capacity(natts);
+                    for (i, f) in fns.iter_mut().enumerate() {
+                        if nulls[i] {
+                            texts.push(None);
+                            continue;
+                        }
+                        let text = pg_sys::OutputFunctionCall(&mut f.finfo, values[i]);
+                        texts.push(Some(CStr::from_ptr(text).to_str().map_err(|e| {
+                            RetentionError::Internal(format!("text output is not UTF-8: {e}"))
+                        })?));
+                    }
+                    each(&texts)
+                });
+                scratch.reset();
+                result?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Frames rendered from a statement's rows, back to back: the slice they make.
+#[derive(Default)]
+pub struct Rendered {
+    /// The frames, concatenated.
+    pub slice: Vec<u8>,
+    /// End offset of each frame in `slice`.
+    pub ends: Vec<usize>,
+    /// Each row's trailing column past the table's own (its ctid), when the statement has one.
+    pub extra: Vec<Option<String>>,
+}
+
+impl Rendered {
+    /// The frames one by one.
+    pub fn frames(&self) -> impl Iterator<Item = &[u8]> {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let frame = &self.slice[start..end];
+            start = end;
+            frame
+        })
+    }
+}
+
+/// Renders the rows of `sql` (every column of `rel` in attribute order, then optionally one
+/// extra column) into frames.
+fn render_frames(rel: &RelationInfo, sql: &str, args: &[DatumWithOid<'_>]) -> Result<Rendered> {
+    let pk = pk_positions(rel)?;
+    let n = rel.columns.len();
+    let mut out = Rendered::default();
+    for_each_rendered(sql, args, |values| {
+        let columns = values.get(..n).ok_or_else(|| {
+            RetentionError::Internal(format!("expected {n} columns, got {}", values.len()))
+        })?;
+        let key: Vec<Option<&str>> = pk.iter().map(|&i| columns[i]).collect();
+        append_frame(&mut out.slice, &key, columns)
+            .map_err(|e| RetentionError::Internal(e.to_string()))?;
+        out.ends.push(out.slice.len());
+        if let Some(extra) = values.get(n) {
+            out.extra.push(extra.map(str::to_owned));
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The columns of alias `t` in attribute order (a frame's columns).
+fn column_list(rel: &RelationInfo) -> String {
+    rel.columns
+        .iter()
+        .map(|c| format!("t.{}", ident(&c.name)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Positions of the primary-key columns among the table's columns.
+fn pk_positions(rel: &RelationInfo) -> Result<Vec<usize>> {
+    rel.pk
+        .iter()
+        .map(|k| {
+            rel.columns
+                .iter()
+                .position(|c| &c.name == k)
+                .ok_or_else(|| RetentionError::UndefinedColumn {
+                    relation: rel.qualified.clone(),
+                    column: k.clone(),
+                })
+        })
+        .collect()
 }
 
 /// The primary key of alias `t` in key order (for ORDER BY).
@@ -48,9 +164,9 @@ pub fn pk_order(rel: &RelationInfo) -> String {
 }
 
 /// Compares the primary key of alias `t` with the text[] key `key` (each element back through
-/// its column type's input) as one row comparison: `=` matches a batch key, `>` is "after it"
-/// in the primary key's own order, which an index range scan can start from.
-fn key_compare(rel: &RelationInfo, op: &str, key: &str) -> Result<String> {
+/// its column type's input) as one row comparison: `>` is "after it" in the primary key's own
+/// order, which an index range scan can start from.
+pub fn key_compare(rel: &RelationInfo, op: &str, key: &str) -> Result<String> {
     let mut left = Vec::new();
     let mut right = Vec::new();
     for (i, c) in rel.pk.iter().enumerate() {
@@ -61,61 +177,71 @@ fn key_compare(rel: &RelationInfo, op: &str, key: &str) -> Result<String> {
     Ok(format!("({}) {op} ({})", left.join(", "), right.join(", ")))
 }
 
-/// Matches alias `t` with the batch key `k.key`.
-pub fn key_match(rel: &RelationInfo) -> Result<String> {
-    key_compare(rel, "=", "k.key")
+/// A batch's key set as stored: the keys one after another, `arity` values each, in key order.
+pub struct KeySet<'a> {
+    /// Flattened keys.
+    pub flat: &'a [Option<String>],
+    /// Primary-key columns per key.
+    pub arity: usize,
 }
 
-/// True when the primary key of alias `t` comes after the key in text[] parameter `param`.
-pub fn key_after(rel: &RelationInfo, param: &str) -> Result<String> {
-    key_compare(rel, ">", &format!("{param}::text[]"))
+impl KeySet<'_> {
+    /// One text[] per key column (the parameters of [`batch_rows`]).
+    fn columns(&self) -> Vec<Vec<Option<String>>> {
+        (0..self.arity)
+            .map(|c| {
+                self.flat
+                    .iter()
+                    .skip(c)
+                    .step_by(self.arity.max(1))
+                    .cloned()
+                    .collect()
+            })
+            .collect()
+    }
 }
 
-/// Rows of batch `batch` (joined through its keys), in key order; `lock` takes row locks.
-pub fn batch_rows(rel: &RelationInfo, batch: &str, lock: bool) -> Result<Vec<Row>> {
+/// Renders the rows of the key set `keys` in key order, each with its current `ctid` (in
+/// `extra`); `lock` takes row locks. Keys join through the primary key's index, one probe each.
+pub fn render_batch(rel: &RelationInfo, keys: &KeySet<'_>, lock: bool) -> Result<Rendered> {
+    let mut unnests = Vec::new();
+    let mut typed = Vec::new();
+    let mut names = Vec::new();
+    let mut left = Vec::new();
+    let mut right = Vec::new();
+    for (i, c) in rel.pk.iter().enumerate() {
+        let ty = &rel.column(c)?.type_name;
+        unnests.push(format!("unnest(${}::text[])", i + 1));
+        typed.push(format!("k.c{i}::{ty} AS c{i}"));
+        names.push(format!("c{i}"));
+        left.push(format!("t.{}", ident(c)));
+        right.push(format!("k.c{i}"));
+    }
     let sql = format!(
-        "SELECT {key}, {cols} FROM ONLY {table} t
-           JOIN retention.batch_keys k ON k.batch_id = $1::uuid AND {matches}
+        "SELECT {cols}, t.ctid FROM ONLY {table} t
+           JOIN (SELECT {typed} FROM ROWS FROM ({unnests}) k({names})) k
+             ON ({left}) = ({right})
           ORDER BY {order} {lock}",
-        key = key_array(rel),
-        cols = columns_array(rel),
+        cols = column_list(rel),
         table = rel.qualified,
-        matches = key_match(rel)?,
+        typed = typed.join(", "),
+        unnests = unnests.join(", "),
+        names = names.join(", "),
+        left = left.join(", "),
+        right = right.join(", "),
         order = pk_order(rel),
         lock = if lock { "FOR UPDATE OF t" } else { "" },
     );
-    select_rows(&sql, &[batch.into()])
+    let args: Vec<DatumWithOid<'_>> = keys.columns().into_iter().map(Into::into).collect();
+    render_frames(rel, &sql, &args)
 }
 
-/// Up to `limit` rows of the table matching `condition` (over alias `t`).
-pub fn sample_rows(rel: &RelationInfo, condition: &str, limit: i64) -> Result<Vec<Row>> {
+/// Frames of up to `limit` rows of the table matching `condition` (over alias `t`).
+pub fn sample_frames(rel: &RelationInfo, condition: &str, limit: i64) -> Result<Rendered> {
     let sql = format!(
-        "SELECT {key}, {cols} FROM ONLY {table} t WHERE {condition} LIMIT {limit}",
-        key = key_array(rel),
-        cols = columns_array(rel),
+        "SELECT {cols} FROM ONLY {table} t WHERE {condition} LIMIT {limit}",
+        cols = column_list(rel),
         table = rel.qualified,
     );
-    select_rows(&sql, &[])
-}
-
-fn select_rows(sql: &str, args: &[pgrx::datum::DatumWithOid<'_>]) -> Result<Vec<Row>> {
-    let rows = Spi::connect_mut(|client| {
-        client
-            .update(sql, None, args)?
-            .map(|r| {
-                Ok(Row {
-                    key: r.get::<Vec<Option<String>>>(1)?.unwrap_or_default(),
-                    columns: r.get::<Vec<Option<String>>>(2)?.unwrap_or_default(),
-                })
-            })
-            .collect::<Result<Vec<Row>, pgrx::spi::SpiError>>()
-    })?;
-    Ok(rows)
-}
-
-/// Frames of `rows`, each complete with its length prefix.
-pub fn frames(rows: &[Row]) -> Result<Vec<Vec<u8>>> {
-    rows.iter()
-        .map(|r| encode_frame(r).map_err(|e| crate::error::RetentionError::Internal(e.to_string())))
-        .collect()
+    render_frames(rel, &sql, &[])
 }

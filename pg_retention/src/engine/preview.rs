@@ -106,11 +106,11 @@ fn estimate_archive_bytes(
     if deletable == 0 || elig.kind() != Kind::Age {
         return Ok(0);
     }
-    let sample = crate::archive::render::sample_rows(rel, &elig.age_predicate(Guards::ALL), 1000)?;
-    let frames = crate::archive::render::frames(&sample)?;
-    if frames.is_empty() {
+    let sample =
+        crate::archive::render::sample_frames(rel, &elig.age_predicate(Guards::ALL), 1000)?;
+    if sample.ends.is_empty() {
         return Ok(0);
     }
-    let mean = frames.iter().map(Vec::len).sum::<usize>() as f64 / frames.len() as f64;
+    let mean = sample.slice.len() as f64 / sample.ends.len() as f64;
     Ok((mean * deletable as f64).round() as i64)
 }
