@@ -27,10 +27,12 @@ CREATE INDEX batches_live_relation ON retention.batches (relation) WHERE state =
 
 -- The enumerated key set of each live batch: the text output of each primary-key column, key
 -- after key in key order, in one array (one row per batch, not per key: claims and prunes
--- write one tuple). The row goes when the batch ends.
+-- write one tuple), and where each row was when claimed (rows are read back from there and
+-- must still carry their key). The row goes when the batch ends.
 CREATE TABLE retention.batch_keys (
     batch_id uuid PRIMARY KEY REFERENCES retention.batches (id),
-    keys     text[] NOT NULL
+    keys     text[] NOT NULL,
+    ctids    tid[] NOT NULL
 );
 
 -- Every verified archive object whose rows were pruned. Never pruned, never changed.

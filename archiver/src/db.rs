@@ -65,22 +65,25 @@ impl Db {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    /// Claims a batch (or resumes this owner's unfinished one).
+    /// Claims a batch (or resumes this owner's unfinished one) and fetches its slice, rendered
+    /// from the rows the claim read.
     pub async fn claim(
         &self,
         policy: &str,
         rows: i32,
         lease: Duration,
         owner: &str,
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<(String, Vec<u8>)>> {
         let row = self
             .client
             .query_one(
-                "SELECT retention.claim_batch($1, $2, make_interval(secs => $3), $4)::text",
+                "SELECT c.batch::text, c.slice FROM retention.claim_slice($1, $2, make_interval(secs => $3), $4) c",
                 &[&policy, &rows, &secs(lease), &owner],
             )
             .await?;
-        Ok(row.get(0))
+        let batch: Option<String> = row.get(0);
+        let slice: Option<Vec<u8>> = row.get(1);
+        Ok(batch.map(|b| (b, slice.unwrap_or_default())))
     }
 
     /// The batch's manifest, without the digest and sizes (the pipeline computes those from
@@ -94,15 +97,6 @@ impl Db {
             )
             .await?;
         Ok(serde_json::from_str(row.get::<_, &str>(0))?)
-    }
-
-    /// The batch's slice: its frames in order, concatenated.
-    pub async fn slice(&self, batch: &str) -> Result<Vec<u8>> {
-        let row = self
-            .client
-            .query_one("SELECT retention.batch_slice($1::text::uuid)", &[&batch])
-            .await?;
-        Ok(row.get::<_, Vec<u8>>(0))
     }
 
     /// Extends the batch's lease.

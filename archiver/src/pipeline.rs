@@ -43,7 +43,7 @@ pub struct Context {
 /// Archives one batch of `policy`.
 pub async fn archive_one(ctx: &Context, policy: &str) -> Result<Outcome> {
     let s = &ctx.settings;
-    let Some(batch) = ctx
+    let Some((batch, slice)) = ctx
         .db
         .claim(policy, s.batch_rows, s.lease, &s.owner)
         .await?
@@ -53,7 +53,7 @@ pub async fn archive_one(ctx: &Context, policy: &str) -> Result<Outcome> {
     tracing::info!(policy, batch = %batch, "claimed a batch");
     fault::point("after-claim");
     let extender = spawn_lease_extender(ctx, policy, &batch);
-    let result = write_and_prune(ctx, policy, &batch).await;
+    let result = write_and_prune(ctx, policy, &batch, Bytes::from(slice)).await;
     extender.abort();
     let m = &ctx.metrics;
     match &result {
@@ -153,9 +153,13 @@ fn spawn_lease_extender(ctx: &Context, policy: &str, batch: &str) -> tokio::task
     })
 }
 
-async fn write_and_prune(ctx: &Context, policy: &str, batch: &str) -> Result<Outcome> {
+async fn write_and_prune(
+    ctx: &Context,
+    policy: &str,
+    batch: &str,
+    slice: Bytes,
+) -> Result<Outcome> {
     let mut manifest = ctx.db.manifest(batch).await?;
-    let slice = Bytes::from(ctx.db.slice(batch).await?);
     // Decoding proves the extension's bytes are whole frames before anything is written.
     let rows = decode_frames(&slice)
         .map_err(|e| Error::Verify {

@@ -18,4 +18,4 @@ pub use error::{FormatError, Result};
 pub use frame::{append_frame, decode_frames, encode_frame, Row, MAX_FRAME_LEN};
 pub use manifest::{ColumnSpec, Manifest, FORMAT_VERSION};
 pub use stream::StreamDecoder;
-pub use verify::{summarize, verify_slice};
+pub use verify::{summarize, summarize_slice, verify_slice};

@@ -33,6 +33,17 @@ pub fn verify_slice(slice: &[u8], blake3_hex: &str, rows: u64, bytes: u64) -> Re
     Ok(decoded)
 }
 
+/// BLAKE3 hex, row count and byte count of a whole `slice` of `rows` frames: the same as
+/// [`summarize`] over its frames, but hashed in one call, which lets BLAKE3 work on many
+/// chunks at once (several times faster than feeding it one small frame at a time).
+pub fn summarize_slice(slice: &[u8], rows: u64) -> (String, u64, u64) {
+    (
+        blake3::hash(slice).to_hex().to_string(),
+        rows,
+        slice.len() as u64,
+    )
+}
+
 /// BLAKE3 hex, row count and byte count of a slice made of `frames`.
 pub fn summarize<'a>(frames: impl IntoIterator<Item = &'a [u8]>) -> (String, u64, u64) {
     let mut h = SliceHasher::new();
@@ -40,4 +51,28 @@ pub fn summarize<'a>(frames: impl IntoIterator<Item = &'a [u8]>) -> (String, u64
         h.update(f);
     }
     (h.hex(), h.rows(), h.bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{encode_frame, Row};
+
+    #[test]
+    fn summarizing_a_whole_slice_equals_summarizing_its_frames() {
+        let frames: Vec<Vec<u8>> = (0..300)
+            .map(|i| {
+                encode_frame(&Row {
+                    key: vec![Some(i.to_string())],
+                    columns: vec![Some(i.to_string()), None, Some("x".repeat(i % 97))],
+                })
+                .unwrap()
+            })
+            .collect();
+        let slice = frames.concat();
+        assert_eq!(
+            summarize_slice(&slice, frames.len() as u64),
+            summarize(frames.iter().map(Vec::as_slice))
+        );
+    }
 }

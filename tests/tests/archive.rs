@@ -501,6 +501,68 @@ fn a_composite_key_batch_round_trips_and_prunes_exactly_its_rows() {
     );
 }
 
+/// claim_slice renders the claimed rows in the claim itself; the bytes are the ones the key set
+/// renders to later (batch_frames), and a resumed batch gets the same slice again.
+#[test]
+fn claim_slice_renders_what_the_key_set_renders() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 200);
+    let claim_slice = |db: &mut Client, owner: &str| -> (String, Vec<u8>) {
+        let r = db
+            .query_one(
+                "SELECT batch::text, slice FROM retention.claim_slice('audit', 25, '10 minutes', $1)",
+                &[&owner],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    let (batch, bytes) = claim_slice(&mut db, "one");
+    assert_eq!(decode_frames(&bytes).unwrap().len(), 25);
+    assert_eq!(slice(&mut db, &batch).0, bytes);
+    let (again, resumed) = claim_slice(&mut db, "one");
+    assert_eq!((again, resumed), (batch.clone(), bytes.clone()), "resumed");
+    let (other, other_bytes) = claim_slice(&mut db, "two");
+    assert_ne!(other, batch);
+    assert_eq!(slice(&mut db, &other).0, other_bytes);
+    while claim(&mut db, 1000).is_some() {}
+    let nothing: bool = db
+        .query_one(
+            "SELECT batch IS NULL AND slice IS NULL FROM retention.claim_slice('audit', 10)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(nothing, "nothing left: (NULL, NULL)");
+}
+
+/// Rows are read back where the claim found them: after a table rewrite moved them, the
+/// batch's rows are not there (or other rows are), so complete refuses and deletes nothing.
+#[test]
+fn a_table_rewritten_after_the_claim_makes_complete_refuse() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let batch = claim(&mut db, 10).unwrap();
+    let (_, digest, rows, bytes) = slice(&mut db, &batch);
+    // Free the first pages, then rewrite: every row moves.
+    db.batch_execute("DELETE FROM audit WHERE id <= 30")
+        .unwrap();
+    db.batch_execute("VACUUM FULL audit").unwrap();
+    let before = scalar(&mut db, "SELECT count(*) FROM audit");
+    let err = complete(&mut db, &batch, &digest, rows, bytes).unwrap_err();
+    let db_err = err.as_db_error().expect("a database error");
+    assert_eq!(db_err.code().code(), "RT502", "{db_err:?}");
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), before);
+    db.execute(
+        "SELECT retention.release_batch($1::text::uuid, 'rewritten')",
+        &[&batch],
+    )
+    .unwrap();
+    let again = claim(&mut db, 10).unwrap();
+    assert_eq!(batch_ids(&mut db, &again).first(), Some(&31));
+}
+
 #[test]
 fn concurrent_claims_never_overlap() {
     let c = Cluster::start(&[]);

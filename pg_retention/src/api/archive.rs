@@ -13,6 +13,24 @@ fn _claim_batch(policy: &str, max_rows: i32, lease: &str, owner: Option<&str>) -
     outcome(batch::claim(policy, max_rows, lease, owner))
 }
 
+/// Claims a batch and renders its slice from the rows the claim read: one row of
+/// (`{"ok": uuid-or-null}` or `{"error": …}`, the slice or NULL).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, public, pg_temp)]
+fn _claim_slice(
+    policy: &str,
+    max_rows: i32,
+    lease: &str,
+    owner: Option<&str>,
+) -> TableIterator<'static, (name!(result, pgrx::JsonB), name!(slice, Option<Vec<u8>>))> {
+    let (result, slice) = match batch::claim_with_slice(policy, max_rows, lease, owner) {
+        Ok(Some((batch, slice))) => (outcome(Ok(Some(batch))), Some(slice)),
+        Ok(None) => (outcome(Ok(None::<String>)), None),
+        Err(e) => (outcome(Err::<(), _>(e)), None),
+    };
+    TableIterator::once((result, slice))
+}
+
 /// The manifest of a batch.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, public, pg_temp)]

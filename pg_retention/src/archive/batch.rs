@@ -1,6 +1,8 @@
 //! The archive protocol: claim → frames/manifest → complete (or release / lease expiry).
 
-use super::render::{for_each_rendered, key_compare, pk_order, render_batch, KeySet, Rendered};
+use super::render::{
+    for_each_rendered, key_compare, pk_order, pk_positions, render_batch, Rendered,
+};
 use crate::catalog::{
     active_holds, caller, optional_one, query_json, HoldFence, Kind, LedgerEntry, Policy,
     RelationInfo,
@@ -8,10 +10,14 @@ use crate::catalog::{
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::validate::interval_sign;
 use crate::error::{Result, RetentionError};
-use pg_retention_format::{summarize, ColumnSpec, Manifest, FORMAT_VERSION};
+use pg_retention_format::append_frame;
+use pg_retention_format::{ColumnSpec, Manifest, FORMAT_VERSION};
 use pgrx::prelude::*;
 use serde::Deserialize;
 use serde_json::json;
+
+/// Text values as SQL `text[]` gives them (keys, ctids).
+type Texts = Vec<Option<String>>;
 
 /// A row of `retention.batches`.
 #[derive(Debug, Deserialize)]
@@ -134,6 +140,35 @@ pub fn claim(
     lease: &str,
     owner: Option<&str>,
 ) -> Result<Option<String>> {
+    Ok(claim_rendering(name, max_rows, lease, owner, false)?.map(|(batch, _)| batch))
+}
+
+/// [`claim`], and the batch's slice: rendered from the rows the claim itself read and locked,
+/// so the rows are read once for both (a resumed batch is rendered from its stored key set).
+pub fn claim_with_slice(
+    name: &str,
+    max_rows: i32,
+    lease: &str,
+    owner: Option<&str>,
+) -> Result<Option<(String, Vec<u8>)>> {
+    match claim_rendering(name, max_rows, lease, owner, true)? {
+        None => Ok(None),
+        Some((batch, Some(slice))) => Ok(Some((batch, slice))),
+        Some((batch, None)) => {
+            let slice = batch_slice(&batch)?;
+            Ok(Some((batch, slice)))
+        }
+    }
+}
+
+/// A claim; with `render`, the slice of a newly claimed batch too.
+fn claim_rendering(
+    name: &str,
+    max_rows: i32,
+    lease: &str,
+    owner: Option<&str>,
+    render: bool,
+) -> Result<Option<(String, Option<Vec<u8>>)>> {
     let policy = archive_policy(name)?;
     if max_rows < 1 {
         return Err(RetentionError::invalid(
@@ -151,7 +186,7 @@ pub fn claim(
     }
     if let Some(owner) = owner {
         if let Some(batch) = resume(&policy, owner, lease)? {
-            return Ok(Some(batch));
+            return Ok(Some((batch, None)));
         }
     }
     expire_leases(&policy)?;
@@ -170,7 +205,15 @@ pub fn claim(
     let mut watermark = claim_watermark(&policy)?;
     let live = live_ranges(&rel)?;
     let claimed = loop {
-        let claimed = claim_keys(&policy, &rel, &elig, max_rows, watermark.as_deref(), &live)?;
+        let claimed = claim_keys(
+            &policy,
+            &rel,
+            &elig,
+            max_rows,
+            watermark.as_deref(),
+            &live,
+            render,
+        )?;
         if !claimed.keys.is_empty() || watermark.is_none() {
             break claimed;
         }
@@ -203,8 +246,12 @@ pub fn claim(
     )?
     .ok_or_else(|| RetentionError::Internal("batch insert returned nothing".into()))?;
     Spi::run_with_args(
-        "INSERT INTO retention.batch_keys (batch_id, keys) VALUES ($1::uuid, $2)",
-        &[batch.as_str().into(), claimed.keys.into()],
+        "INSERT INTO retention.batch_keys (batch_id, keys, ctids) VALUES ($1::uuid, $2, $3::text[]::tid[])",
+        &[
+            batch.as_str().into(),
+            claimed.keys.into(),
+            claimed.ctids.into(),
+        ],
     )?;
     LedgerEntry {
         method: "claim",
@@ -217,7 +264,7 @@ pub fn claim(
         detail: json!({ "batch": batch, "lease": lease }),
     }
     .append()?;
-    Ok(Some(batch))
+    Ok(Some((batch, claimed.slice)))
 }
 
 /// Where the next claim of `policy` starts: after the last key of its latest batch, unless that
@@ -233,7 +280,7 @@ fn claim_watermark(policy: &Policy) -> Result<Option<Vec<Option<String>>>> {
 
 /// First and last key of every live batch of the table (any policy): nobody else claims a row
 /// inside them while the batch lives.
-type KeyRange = (Vec<Option<String>>, Vec<Option<String>>);
+type KeyRange = (Texts, Texts);
 
 fn live_ranges(rel: &RelationInfo) -> Result<Vec<KeyRange>> {
     Ok(query_json::<Vec<KeyRange>>(
@@ -249,8 +296,12 @@ fn live_ranges(rel: &RelationInfo) -> Result<Vec<KeyRange>> {
 struct Claimed {
     /// Keys in key order, flattened (primary-key arity values each).
     keys: Vec<Option<String>>,
+    /// Where each row was when claimed (the rows stay there while they do not change).
+    ctids: Vec<Option<String>>,
     age_min: Option<String>,
     age_max: Option<String>,
+    /// The frames of the claimed rows, when the claim rendered them.
+    slice: Option<Vec<u8>>,
 }
 
 /// A text[] literal of `key`.
@@ -263,8 +314,8 @@ fn key_literal(key: &[Option<String>]) -> String {
 }
 
 /// Locks and renders the keys of up to `max_rows` eligible rows after `after` (in key order)
-/// outside the live batches' ranges. Rows another transaction holds locked (a concurrent claim)
-/// are skipped.
+/// outside the live batches' ranges, with `render` their frames too. Rows another transaction
+/// holds locked (a concurrent claim) are skipped.
 fn claim_keys(
     policy: &Policy,
     rel: &RelationInfo,
@@ -272,13 +323,20 @@ fn claim_keys(
     max_rows: i32,
     after: Option<&[Option<String>]>,
     live: &[KeyRange],
+    render: bool,
 ) -> Result<Claimed> {
-    let pk_cols = rel
-        .pk
-        .iter()
-        .map(|c| crate::sql_text::ident(c))
-        .collect::<Vec<_>>();
-    let age = crate::sql_text::ident(policy.age_column.as_deref().unwrap_or_default());
+    use crate::sql_text::ident;
+    let names: Vec<String> = if render {
+        rel.columns.iter().map(|c| ident(&c.name)).collect()
+    } else {
+        rel.pk.iter().map(|c| ident(c)).collect()
+    };
+    let key_at: Vec<usize> = if render {
+        pk_positions(rel)?
+    } else {
+        (0..rel.pk.len()).collect()
+    };
+    let age = ident(policy.age_column.as_deref().unwrap_or_default());
     let mut outside = Vec::new();
     for (first, last) in live {
         outside.push(format!(
@@ -289,14 +347,16 @@ fn claim_keys(
     }
     let sql = format!(
         "WITH cand AS MATERIALIZED (
-             SELECT {t_pk}, t.{age} AS __retention_age FROM ONLY {table} t
+             SELECT {t_cols}, t.ctid AS __retention_ctid, t.{age} AS __retention_age FROM ONLY {table} t
               WHERE {eligible} AND {after} AND {outside}
               ORDER BY {order} LIMIT {max_rows}
                 FOR UPDATE OF t SKIP LOCKED)
-         SELECT {pk}, (SELECT min(__retention_age) FROM cand), (SELECT max(__retention_age) FROM cand)
+         SELECT {cols}, __retention_ctid,
+                (SELECT min(__retention_age) FROM cand), (SELECT max(__retention_age) FROM cand)
            FROM cand ORDER BY {pk}",
-        t_pk = pk_cols.iter().map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", "),
-        pk = pk_cols.join(", "),
+        t_cols = names.iter().map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", "),
+        cols = names.join(", "),
+        pk = rel.pk.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", "),
         table = rel.qualified,
         eligible = elig.age_predicate(Guards::ALL),
         after = if after.is_some() {
@@ -308,44 +368,76 @@ fn claim_keys(
         order = pk_order(rel),
     );
     let after: Option<Vec<Option<String>>> = after.map(<[_]>::to_vec);
-    let arity = pk_cols.len();
+    let width = names.len();
+    let capacity = max_rows.clamp(0, 100_000) as usize;
     let mut claimed = Claimed {
-        keys: Vec::with_capacity(max_rows.clamp(0, 100_000) as usize * arity),
+        keys: Vec::with_capacity(capacity * key_at.len()),
+        ctids: Vec::with_capacity(capacity),
         age_min: None,
         age_max: None,
+        slice: render.then(Vec::new),
     };
     for_each_rendered(&sql, &[after.into()], |values| {
         let owned = |i: usize| values.get(i).copied().flatten().map(str::to_owned);
-        if claimed.keys.is_empty() {
-            (claimed.age_min, claimed.age_max) = (owned(arity), owned(arity + 1));
+        if claimed.ctids.is_empty() {
+            (claimed.age_min, claimed.age_max) = (owned(width + 1), owned(width + 2));
         }
-        claimed.keys.extend((0..arity).map(owned));
+        let key: Vec<Option<&str>> = key_at
+            .iter()
+            .map(|&i| values.get(i).copied().flatten())
+            .collect();
+        claimed
+            .keys
+            .extend(key.iter().map(|k| k.map(str::to_owned)));
+        claimed.ctids.push(owned(width));
+        if let Some(slice) = claimed.slice.as_mut() {
+            append_frame(slice, &key, &values[..width])
+                .map_err(|e| RetentionError::Internal(e.to_string()))?;
+        }
         Ok(())
     })?;
     Ok(claimed)
 }
 
-/// The frozen key set of a live batch.
-fn batch_keys(id: &str) -> Result<Vec<Option<String>>> {
-    Ok(optional_one::<Vec<Option<String>>>(
-        "SELECT keys FROM retention.batch_keys WHERE batch_id = $1::uuid",
-        &[id.into()],
-    )?
-    .unwrap_or_default())
+/// The frozen key set of a live batch and where its rows were when claimed.
+fn batch_keys(id: &str) -> Result<(Texts, Texts)> {
+    Ok(Spi::connect(|client| {
+        let table = client.select(
+            "SELECT keys, ctids::text[] FROM retention.batch_keys WHERE batch_id = $1::uuid",
+            Some(1),
+            &[id.into()],
+        )?;
+        if table.is_empty() {
+            return Ok::<_, pgrx::spi::SpiError>((vec![], vec![]));
+        }
+        let (keys, ctids) = table.first().get_two::<Texts, Texts>()?;
+        Ok((keys.unwrap_or_default(), ctids.unwrap_or_default()))
+    })?)
 }
 
 /// The batch's rows as they are now, rendered in key order, each with its ctid; `lock` takes
-/// row locks.
-fn current_rows(rel: &RelationInfo, id: &str, lock: bool) -> Result<Rendered> {
-    let flat = batch_keys(id)?;
-    render_batch(
-        rel,
-        &KeySet {
-            flat: &flat,
-            arity: rel.pk.len(),
-        },
-        lock,
-    )
+/// row locks. Found where the claim saw them: a row that changed since (an update writes a
+/// new version elsewhere), vanished or was moved by a table rewrite is refused, and so is any
+/// other row now in its place (its key differs).
+fn current_rows(b: &Batch, rel: &RelationInfo, lock: bool) -> Result<Rendered> {
+    let (keys, ctids) = batch_keys(&b.id)?;
+    let rendered = render_batch(rel, &ctids, lock)?;
+    if rendered.keys != keys {
+        let arity = rel.pk.len().max(1);
+        let missing = b.rows - (rendered.keys.len() / arity) as i64;
+        return Err(RetentionError::ArchiveMismatch {
+            batch: b.id.clone(),
+            reason: if missing > 0 {
+                format!(
+                    "{missing} of its {} rows changed, moved or vanished since the claim",
+                    b.rows
+                )
+            } else {
+                "rows now at its rows' places have other keys: the table was rewritten since the claim".into()
+            },
+        });
+    }
+    Ok(rendered)
 }
 
 /// The frames of a batch, in key order.
@@ -371,7 +463,7 @@ fn batch_slice_rendered(id: &str) -> Result<Rendered> {
         });
     }
     let (_, rel) = batch_policy(&b)?;
-    current_rows(&rel, id, false)
+    current_rows(&b, &rel, false)
 }
 
 /// The manifest of a batch as it would be written next to its slice.
@@ -383,7 +475,7 @@ pub fn manifest(id: &str, digest: bool) -> Result<Manifest> {
     let b = load_batch(id, false)?;
     let (policy, rel) = batch_policy(&b)?;
     let (blake3, rows, bytes) = if digest {
-        summarize(current_rows(&rel, id, false)?.frames())
+        current_rows(&b, &rel, false)?.summary()
     } else {
         (String::new(), b.rows.max(0) as u64, 0)
     };
@@ -507,8 +599,8 @@ pub fn complete(
     let (policy, rel) = batch_policy(&b)?;
     // Lock the rows and render them exactly as the frames were rendered. While we hold the
     // locks nobody moves them, so the prune below finds each by the ctid it had here.
-    let locked = current_rows(&rel, id, true)?;
-    let (digest, n, nbytes) = summarize(locked.frames());
+    let locked = current_rows(&b, &rel, true)?;
+    let (digest, n, nbytes) = locked.summary();
     let ctids = locked.extra;
     let mismatch = |reason: String| {
         Err(RetentionError::ArchiveMismatch {

@@ -91,11 +91,18 @@ pub struct Rendered {
     pub slice: Vec<u8>,
     /// End offset of each frame in `slice`.
     pub ends: Vec<usize>,
+    /// The rows' keys one after another (primary-key arity values each), in row order.
+    pub keys: Vec<Option<String>>,
     /// Each row's trailing column past the table's own (its ctid), when the statement has one.
     pub extra: Vec<Option<String>>,
 }
 
 impl Rendered {
+    /// BLAKE3 hex, row count and byte count of the slice.
+    pub fn summary(&self) -> (String, u64, u64) {
+        pg_retention_format::summarize_slice(&self.slice, self.ends.len() as u64)
+    }
+
     /// The frames one by one.
     pub fn frames(&self) -> impl Iterator<Item = &[u8]> {
         let mut start = 0;
@@ -118,6 +125,7 @@ fn render_frames(rel: &RelationInfo, sql: &str, args: &[DatumWithOid<'_>]) -> Re
             RetentionError::Internal(format!("expected {n} columns, got {}", values.len()))
         })?;
         let key: Vec<Option<&str>> = pk.iter().map(|&i| columns[i]).collect();
+        out.keys.extend(key.iter().map(|k| k.map(str::to_owned)));
         append_frame(&mut out.slice, &key, columns)
             .map_err(|e| RetentionError::Internal(e.to_string()))?;
         out.ends.push(out.slice.len());
@@ -130,7 +138,7 @@ fn render_frames(rel: &RelationInfo, sql: &str, args: &[DatumWithOid<'_>]) -> Re
 }
 
 /// The columns of alias `t` in attribute order (a frame's columns).
-fn column_list(rel: &RelationInfo) -> String {
+pub fn column_list(rel: &RelationInfo) -> String {
     rel.columns
         .iter()
         .map(|c| format!("t.{}", ident(&c.name)))
@@ -139,7 +147,7 @@ fn column_list(rel: &RelationInfo) -> String {
 }
 
 /// Positions of the primary-key columns among the table's columns.
-fn pk_positions(rel: &RelationInfo) -> Result<Vec<usize>> {
+pub fn pk_positions(rel: &RelationInfo) -> Result<Vec<usize>> {
     rel.pk
         .iter()
         .map(|k| {
@@ -177,63 +185,18 @@ pub fn key_compare(rel: &RelationInfo, op: &str, key: &str) -> Result<String> {
     Ok(format!("({}) {op} ({})", left.join(", "), right.join(", ")))
 }
 
-/// A batch's key set as stored: the keys one after another, `arity` values each, in key order.
-pub struct KeySet<'a> {
-    /// Flattened keys.
-    pub flat: &'a [Option<String>],
-    /// Primary-key columns per key.
-    pub arity: usize,
-}
-
-impl KeySet<'_> {
-    /// One text[] per key column (the parameters of [`batch_rows`]).
-    fn columns(&self) -> Vec<Vec<Option<String>>> {
-        (0..self.arity)
-            .map(|c| {
-                self.flat
-                    .iter()
-                    .skip(c)
-                    .step_by(self.arity.max(1))
-                    .cloned()
-                    .collect()
-            })
-            .collect()
-    }
-}
-
-/// Renders the rows of the key set `keys` in key order, each with its current `ctid` (in
-/// `extra`); `lock` takes row locks. Keys join through the primary key's index, one probe each.
-pub fn render_batch(rel: &RelationInfo, keys: &KeySet<'_>, lock: bool) -> Result<Rendered> {
-    let mut unnests = Vec::new();
-    let mut typed = Vec::new();
-    let mut names = Vec::new();
-    let mut left = Vec::new();
-    let mut right = Vec::new();
-    for (i, c) in rel.pk.iter().enumerate() {
-        let ty = &rel.column(c)?.type_name;
-        unnests.push(format!("unnest(${}::text[])", i + 1));
-        typed.push(format!("k.c{i}::{ty} AS c{i}"));
-        names.push(format!("c{i}"));
-        left.push(format!("t.{}", ident(c)));
-        right.push(format!("k.c{i}"));
-    }
+/// Renders the rows at `ctids` in key order, each with its current `ctid` (in `extra`); `lock`
+/// takes row locks. A TID scan: one heap fetch per row, no index probe.
+pub fn render_batch(rel: &RelationInfo, ctids: &[Option<String>], lock: bool) -> Result<Rendered> {
     let sql = format!(
-        "SELECT {cols}, t.ctid FROM ONLY {table} t
-           JOIN (SELECT {typed} FROM ROWS FROM ({unnests}) k({names})) k
-             ON ({left}) = ({right})
+        "SELECT {cols}, t.ctid FROM ONLY {table} t WHERE t.ctid = ANY ($1::text[]::tid[])
           ORDER BY {order} {lock}",
         cols = column_list(rel),
         table = rel.qualified,
-        typed = typed.join(", "),
-        unnests = unnests.join(", "),
-        names = names.join(", "),
-        left = left.join(", "),
-        right = right.join(", "),
         order = pk_order(rel),
         lock = if lock { "FOR UPDATE OF t" } else { "" },
     );
-    let args: Vec<DatumWithOid<'_>> = keys.columns().into_iter().map(Into::into).collect();
-    render_frames(rel, &sql, &args)
+    render_frames(rel, &sql, &[ctids.to_vec().into()])
 }
 
 /// Frames of up to `limit` rows of the table matching `condition` (over alias `t`).
