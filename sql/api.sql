@@ -463,16 +463,18 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
 AS $fn$ SELECT (retention._result(retention._claim_batch(policy, max_rows, lease::text, owner)) #>> '{}')::uuid $fn$;
 
 -- claim_batch and batch_slice in one call: the slice is rendered from the rows the claim reads
--- and locks, so they are read once. A resumed batch is rendered from its key set. (NULL, NULL)
--- when nothing is claimable.
+-- and locks, so they are read once. A resumed batch is rendered from its key set; resume =>
+-- false leaves the owner's unfinished batch alone (an archiver with a batch in flight).
+-- (NULL, NULL) when nothing is claimable.
 CREATE FUNCTION retention.claim_slice(policy text, max_rows int DEFAULT 10000,
                                       lease interval DEFAULT '10 minutes', owner text DEFAULT NULL,
+                                      resume boolean DEFAULT true,
                                       OUT batch uuid, OUT slice bytea)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice
-          FROM retention._claim_slice(policy, max_rows, lease::text, owner) c $fn$;
+          FROM retention._claim_slice(policy, max_rows, lease::text, owner, resume) c $fn$;
 
 -- The enabled archive policies: what an archiver has to work on.
 CREATE FUNCTION retention.archive_policies() RETURNS SETOF text
@@ -532,7 +534,7 @@ GRANT EXECUTE ON FUNCTION
     TO retention_admin;
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admin;
-GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.claim_slice(text, int, interval, text),
+GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.claim_slice(text, int, interval, text, boolean),
     retention.batch_manifest(uuid, boolean),
     retention.batch_frames(uuid), retention.batch_slice(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text),
     retention.complete_batch(uuid, text, text, bigint, bigint, text), retention.archive_policies(),

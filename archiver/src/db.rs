@@ -65,20 +65,21 @@ impl Db {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    /// Claims a batch (or resumes this owner's unfinished one) and fetches its slice, rendered
-    /// from the rows the claim read.
+    /// Claims a batch (or, with `resume`, takes back this owner's unfinished one) and fetches
+    /// its slice, rendered from the rows the claim read.
     pub async fn claim(
         &self,
         policy: &str,
         rows: i32,
         lease: Duration,
         owner: &str,
+        resume: bool,
     ) -> Result<Option<(String, Vec<u8>)>> {
         let row = self
             .client
             .query_one(
-                "SELECT c.batch::text, c.slice FROM retention.claim_slice($1, $2, make_interval(secs => $3), $4) c",
-                &[&policy, &rows, &secs(lease), &owner],
+                "SELECT c.batch::text, c.slice FROM retention.claim_slice($1, $2, make_interval(secs => $3), $4, $5) c",
+                &[&policy, &rows, &secs(lease), &owner, &resume],
             )
             .await?;
         let batch: Option<String> = row.get(0);

@@ -1,6 +1,11 @@
-//! One batch, start to finish: claim, render, write create-only, read back and verify, then ask
-//! the extension to prune. Anything short of a verified archive releases the batch; the
-//! extension never deletes a row this pipeline did not prove archived.
+//! One batch, start to finish: claim (the extension renders the slice from the rows it claims),
+//! write create-only, read back and verify, then ask the extension to prune. Anything short of
+//! a verified archive releases the batch; the extension never deletes a row this pipeline did
+//! not prove archived.
+//!
+//! The prune of one batch runs on a second connection while the next batch is claimed, written
+//! and verified on the first, so the database works on both at once. The process still holds
+//! the rows of one batch at most: a batch's slice is dropped once verified, before its prune.
 
 use crate::config::Settings;
 use crate::db::Db;
@@ -14,122 +19,204 @@ use pg_retention_format::{decode_frames, verify_slice, Manifest};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// What a pass over one policy did.
+/// A batch archived and pruned.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Nothing eligible.
-    Idle,
-    /// A batch was archived and pruned.
-    Archived {
-        /// Rows in the slice.
-        rows: u64,
-        /// Rows the extension deleted (fewer when holds kept some).
-        deleted: i64,
-    },
+pub struct Pruned {
+    /// Rows in the slice.
+    pub rows: u64,
+    /// Rows the extension deleted (fewer when holds kept some).
+    pub deleted: i64,
 }
 
 /// Shared by every batch of one archiver process.
 pub struct Context {
     /// Settings.
     pub settings: Settings,
-    /// Protocol connection.
+    /// Protocol connection: claims, manifests, lease extensions.
     pub db: Arc<Db>,
+    /// Second protocol connection: prunes (`complete_batch`), overlapping the next claim.
+    pub prune_db: Arc<Db>,
     /// Object store.
     pub store: Store,
     /// Metrics.
     pub metrics: Arc<Metrics>,
 }
 
-/// Archives one batch of `policy`.
-pub async fn archive_one(ctx: &Context, policy: &str) -> Result<Outcome> {
+/// A batch whose slice and manifest are written and read back: only the prune is left.
+pub struct Verified {
+    policy: String,
+    batch: String,
+    key: String,
+    digest: String,
+    rows: u64,
+    bytes: u64,
+    extender: tokio::task::JoinHandle<()>,
+}
+
+/// Claims a batch of `policy`, writes its slice and manifest and reads them back. None when
+/// nothing is eligible. With `resume` the claim may hand back this owner's unfinished batch; it
+/// must be false while another batch of ours is in flight, or it would hand back that one.
+pub async fn prepare(ctx: &Context, policy: &str, resume: bool) -> Result<Option<Verified>> {
     let s = &ctx.settings;
     let Some((batch, slice)) = ctx
         .db
-        .claim(policy, s.batch_rows, s.lease, &s.owner)
+        .claim(policy, s.batch_rows, s.lease, &s.owner, resume)
         .await?
     else {
-        return Ok(Outcome::Idle);
+        return Ok(None);
     };
     tracing::info!(policy, batch = %batch, "claimed a batch");
     fault::point("after-claim");
     let extender = spawn_lease_extender(ctx, policy, &batch);
-    let result = write_and_prune(ctx, policy, &batch, Bytes::from(slice)).await;
-    extender.abort();
-    let m = &ctx.metrics;
-    match &result {
-        Ok(Outcome::Archived { rows, deleted }) => {
-            m.add(
-                "pg_retention_archiver_batches_total",
-                &[("policy", policy), ("outcome", "archived")],
-                1.0,
-            );
-            m.add(
-                "pg_retention_archiver_rows_archived_total",
-                &[("policy", policy)],
-                *rows as f64,
-            );
-            m.add(
-                "pg_retention_archiver_rows_deleted_total",
-                &[("policy", policy)],
-                *deleted as f64,
-            );
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs_f64())
-                .unwrap_or(0.0);
-            m.set(
-                "pg_retention_archiver_last_success_timestamp_seconds",
-                &[("policy", policy)],
-                now,
-            );
-        }
-        Ok(Outcome::Idle) => {}
+    match write_and_verify(ctx, policy, &batch, Bytes::from(slice)).await {
+        Ok((key, digest, rows, bytes)) => Ok(Some(Verified {
+            policy: policy.to_owned(),
+            batch,
+            key,
+            digest,
+            rows,
+            bytes,
+            extender,
+        })),
         Err(e) => {
-            let outcome = match e {
-                Error::Refused { .. } => "refused",
-                Error::ForeignOccupant { .. } | Error::Verify { .. } => "released",
-                _ => "failed",
-            };
-            if let Error::Verify { .. } = e {
-                m.add(
-                    "pg_retention_archiver_verify_failures_total",
-                    &[("policy", policy)],
-                    1.0,
-                );
-            }
-            if let Error::Store(_) | Error::ForeignOccupant { .. } = e {
-                let reason = if matches!(e, Error::Store(_)) {
-                    "request"
-                } else {
-                    "foreign_occupant"
-                };
-                m.add(
-                    "pg_retention_archiver_store_failures_total",
-                    &[("reason", reason)],
-                    1.0,
-                );
-            }
-            m.add(
-                "pg_retention_archiver_batches_total",
-                &[("policy", policy), ("outcome", outcome)],
-                1.0,
-            );
-            let reason = match e {
-                Error::Refused { .. } => format!("refused: {e}"),
-                _ => format!("archiver: {e}"),
-            };
-            // Best effort: when the database is unreachable the lease runs out instead.
-            match ctx.db.release(&batch, &reason).await {
-                Ok(_) => {
-                    tracing::warn!(policy, batch = %batch, error = %e, "batch released; nothing was deleted")
-                }
-                Err(re) => {
-                    tracing::error!(policy, batch = %batch, error = %e, release_error = %re, "batch not released; its lease will expire")
-                }
-            }
+            extender.abort();
+            failed(ctx, &ctx.db, policy, &batch, &e).await;
+            Err(e)
         }
     }
-    result
+}
+
+/// Asks the extension to prune a verified batch (on the prune connection).
+pub async fn finish(ctx: &Context, v: Verified) -> Result<Pruned> {
+    if fault::armed("pause-before-complete") {
+        // Leaves the fault suite a window to change rows or place holds before the prune.
+        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    }
+    let (policy, batch) = (v.policy.as_str(), v.batch.as_str());
+    let result = ctx
+        .prune_db
+        .complete(
+            batch,
+            &v.key,
+            &v.digest,
+            v.rows as i64,
+            v.bytes as i64,
+            &ctx.settings.owner,
+        )
+        .await;
+    v.extender.abort();
+    match result {
+        Ok(deleted) => {
+            tracing::info!(
+                policy,
+                batch,
+                rows = v.rows,
+                deleted,
+                "batch verified and pruned"
+            );
+            archived(ctx, policy, v.rows, deleted);
+            Ok(Pruned {
+                rows: v.rows,
+                deleted,
+            })
+        }
+        Err(e) => {
+            failed(ctx, &ctx.prune_db, policy, batch, &e).await;
+            Err(e)
+        }
+    }
+}
+
+/// Prunes `previous` while the next batch of `policy` is claimed, written and verified. Returns
+/// the prune's outcome (when there was a previous batch) and the next batch.
+pub async fn overlapped(
+    ctx: &Context,
+    previous: Option<Verified>,
+    policy: &str,
+) -> (Option<Result<Pruned>>, Result<Option<Verified>>) {
+    let resume = previous.is_none();
+    let pruning = async {
+        match previous {
+            Some(v) => Some(finish(ctx, v).await),
+            None => None,
+        }
+    };
+    tokio::join!(pruning, prepare(ctx, policy, resume))
+}
+
+fn archived(ctx: &Context, policy: &str, rows: u64, deleted: i64) {
+    let m = &ctx.metrics;
+    m.add(
+        "pg_retention_archiver_batches_total",
+        &[("policy", policy), ("outcome", "archived")],
+        1.0,
+    );
+    m.add(
+        "pg_retention_archiver_rows_archived_total",
+        &[("policy", policy)],
+        rows as f64,
+    );
+    m.add(
+        "pg_retention_archiver_rows_deleted_total",
+        &[("policy", policy)],
+        deleted as f64,
+    );
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0);
+    m.set(
+        "pg_retention_archiver_last_success_timestamp_seconds",
+        &[("policy", policy)],
+        now,
+    );
+}
+
+/// Counts a failed batch and releases it (best effort: when the database is unreachable the
+/// lease runs out instead).
+async fn failed(ctx: &Context, db: &Db, policy: &str, batch: &str, e: &Error) {
+    let m = &ctx.metrics;
+    let outcome = match e {
+        Error::Refused { .. } => "refused",
+        Error::ForeignOccupant { .. } | Error::Verify { .. } => "released",
+        _ => "failed",
+    };
+    if let Error::Verify { .. } = e {
+        m.add(
+            "pg_retention_archiver_verify_failures_total",
+            &[("policy", policy)],
+            1.0,
+        );
+    }
+    if let Error::Store(_) | Error::ForeignOccupant { .. } = e {
+        let reason = if matches!(e, Error::Store(_)) {
+            "request"
+        } else {
+            "foreign_occupant"
+        };
+        m.add(
+            "pg_retention_archiver_store_failures_total",
+            &[("reason", reason)],
+            1.0,
+        );
+    }
+    m.add(
+        "pg_retention_archiver_batches_total",
+        &[("policy", policy), ("outcome", outcome)],
+        1.0,
+    );
+    let reason = match e {
+        Error::Refused { .. } => format!("refused: {e}"),
+        _ => format!("archiver: {e}"),
+    };
+    match db.release(batch, &reason).await {
+        Ok(_) => {
+            tracing::warn!(policy, batch = %batch, error = %e, "batch released; nothing was deleted")
+        }
+        Err(re) => {
+            tracing::error!(policy, batch = %batch, error = %e, release_error = %re, "batch not released; its lease will expire")
+        }
+    }
 }
 
 fn spawn_lease_extender(ctx: &Context, policy: &str, batch: &str) -> tokio::task::JoinHandle<()> {
@@ -153,12 +240,14 @@ fn spawn_lease_extender(ctx: &Context, policy: &str, batch: &str) -> tokio::task
     })
 }
 
-async fn write_and_prune(
+/// Writes the slice and its manifest create-only and reads both back; returns the slice's key,
+/// digest, rows and bytes for the prune.
+async fn write_and_verify(
     ctx: &Context,
     policy: &str,
     batch: &str,
     slice: Bytes,
-) -> Result<Outcome> {
+) -> Result<(String, String, u64, u64)> {
     let mut manifest = ctx.db.manifest(batch).await?;
     // Decoding proves the extension's bytes are whole frames before anything is written.
     let rows = decode_frames(&slice)
@@ -202,23 +291,7 @@ async fn write_and_prune(
     }
     verify_written(ctx, &skey, &mkey, &manifest, &manifest_bytes).await?;
     fault::point("after-verify");
-    if fault::armed("pause-before-complete") {
-        // Leaves the fault suite a window to change rows or place holds before the prune.
-        tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    }
-    let deleted = ctx
-        .db
-        .complete(
-            batch,
-            &skey,
-            &digest,
-            rows as i64,
-            bytes as i64,
-            &ctx.settings.owner,
-        )
-        .await?;
-    tracing::info!(policy, batch, rows, deleted, "batch verified and pruned");
-    Ok(Outcome::Archived { rows, deleted })
+    Ok((skey, digest, rows, bytes))
 }
 
 /// Reads both objects back: the slice must decode and hash to the manifest's digest and counts,

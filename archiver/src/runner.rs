@@ -4,7 +4,7 @@ use crate::config::Settings;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::pipeline::{archive_one, Context, Outcome};
+use crate::pipeline::{finish, overlapped, Context, Verified};
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,9 +26,11 @@ async fn context(settings: Settings) -> Result<Context> {
     );
     let store = Store::open(&settings)?;
     let db = Arc::new(Db::connect(&settings).await?);
+    let prune_db = Arc::new(Db::connect(&settings).await?);
     Ok(Context {
         settings,
         db,
+        prune_db,
         store,
         metrics: Arc::new(Metrics::default()),
     })
@@ -46,24 +48,57 @@ async fn policies(ctx: &Context) -> Result<Vec<String>> {
 }
 
 /// Archives until nothing is eligible or `max_batches` batches are done. Stops at the first
-/// batch that fails or is refused (after releasing it) and returns its error.
+/// batch that fails or is refused (after releasing it) and returns its error; a batch already
+/// verified by then is still pruned first.
 pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
     let ctx = context(settings).await?;
     let mut done = 0u64;
+    let mut started = 0u64;
+    let mut in_flight: Option<Verified> = None;
+    let mut first_error: Option<Error> = None;
     'outer: loop {
         let mut progressed = false;
         for policy in policies(&ctx).await? {
-            if max_batches.is_some_and(|m| done >= m) {
+            if max_batches.is_some_and(|m| started >= m) {
                 break 'outer;
             }
-            if let Outcome::Archived { .. } = archive_one(&ctx, &policy).await? {
-                done += 1;
-                progressed = true;
+            let (pruned, next) = overlapped(&ctx, in_flight.take(), &policy).await;
+            match pruned {
+                Some(Ok(_)) => done += 1,
+                Some(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                None => {}
+            }
+            match next {
+                Ok(Some(v)) => {
+                    started += 1;
+                    progressed = true;
+                    in_flight = Some(v);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+            if first_error.is_some() {
+                break 'outer;
             }
         }
         if !progressed {
             break;
         }
+    }
+    if let Some(v) = in_flight.take() {
+        match finish(&ctx, v).await {
+            Ok(_) => done += 1,
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
     }
     tracing::info!(batches = done, "nothing more to archive");
     Ok(done)
@@ -81,6 +116,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
     tracing::info!(addr = %listener.local_addr()?, "serving /metrics and /healthz");
     let server = tokio::spawn(serve(listener, Arc::clone(&ctx), shutdown.clone()));
     let mut failures = 0u32;
+    let mut in_flight: Option<Verified> = None;
     while !shutdown.is_cancelled() {
         let mut progressed = false;
         let mut failed = false;
@@ -90,10 +126,16 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
                     if shutdown.is_cancelled() {
                         break;
                     }
-                    match archive_one(&ctx, &policy).await {
-                        Ok(Outcome::Archived { .. }) => progressed = true,
-                        Ok(Outcome::Idle) => {}
-                        Err(e) => {
+                    let (pruned, next) = overlapped(&ctx, in_flight.take(), &policy).await;
+                    let next = next.map(|v| {
+                        progressed |= v.is_some();
+                        in_flight = v;
+                    });
+                    for result in [pruned.map(|r| r.map(drop)), Some(next)]
+                        .into_iter()
+                        .flatten()
+                    {
+                        if let Err(e) = result {
                             failed = true;
                             ctx.metrics
                                 .add("pg_retention_archiver_batch_retries_total", &[], 1.0);
@@ -107,7 +149,18 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
                 tracing::error!(error = %e, "cannot list archive policies");
             }
         }
-        if ctx.db.is_closed() {
+        // Nothing is left half done while we wait: the verified batch is pruned now.
+        if !progressed || failed || shutdown.is_cancelled() {
+            if let Some(v) = in_flight.take() {
+                if let Err(e) = finish(&ctx, v).await {
+                    failed = true;
+                    ctx.metrics
+                        .add("pg_retention_archiver_batch_retries_total", &[], 1.0);
+                    tracing::error!(error = %e, "batch failed; it will be retried");
+                }
+            }
+        }
+        if ctx.db.is_closed() || ctx.prune_db.is_closed() {
             return Err(Error::Refusal(
                 "the database connection is gone; exiting so a supervisor restarts us".into(),
             ));
@@ -154,7 +207,9 @@ async fn serve(listener: tokio::net::TcpListener, ctx: Arc<Context>, shutdown: C
             let path = request.split_whitespace().nth(1).unwrap_or("/");
             let (status, body) = match path {
                 "/metrics" => ("200 OK", metrics_text(&ctx).await),
-                "/healthz" if !ctx.db.is_closed() => ("200 OK", "ok\n".to_owned()),
+                "/healthz" if !ctx.db.is_closed() && !ctx.prune_db.is_closed() => {
+                    ("200 OK", "ok\n".to_owned())
+                }
                 "/healthz" => (
                     "503 Service Unavailable",
                     "database connection lost\n".to_owned(),

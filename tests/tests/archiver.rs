@@ -163,6 +163,114 @@ fn archive_then_prune_restore_and_verify_on_s3() {
     round_trip(&c, &a);
 }
 
+/// Many small batches: each batch's prune overlaps the next claim on a second connection, and
+/// still every eligible row is claimed, archived and pruned exactly once, across runs.
+#[test]
+fn overlapping_batches_archive_every_row_once() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 1200);
+    let want = eligible(&mut db);
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.url("postgres"), &url);
+    let o = a.run(&["once", "--batch-rows", "60", "--max-batches", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.archives"),
+        2
+    );
+    let o = a.run(&["once", "--batch-rows", "60"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(eligible(&mut db), 0);
+    assert_nothing_lost(&mut db);
+    let batches = scalar(&mut db, "SELECT count(*) FROM retention.archives");
+    assert!(batches >= want / 60, "{batches} batches for {want} rows");
+    assert_eq!(
+        scalar(&mut db, "SELECT sum(rows)::bigint FROM retention.archives"),
+        want
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'claim'"
+        ),
+        batches,
+        "one claim per archive: no batch resumed or claimed twice"
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.batches WHERE state <> 'pruned'"
+        ),
+        0
+    );
+    assert_eq!(slice_keys(&a).len() as i64, batches);
+    let o = a.run(&["verify", "--all"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A prune refused while the next batch is already verified: that next batch is still pruned
+/// before `once` stops with the refusal, and the refused batch is released with nothing deleted.
+#[test]
+fn a_refused_prune_mid_pipeline_still_prunes_the_verified_next_batch() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 1200);
+    let before = total(&mut db);
+    let first = scalar(
+        &mut db,
+        &format!("SELECT min(id) FROM audit WHERE {ELIGIBLE}"),
+    );
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.url("postgres"), &url)
+        .with_env("PG_RETENTION_ARCHIVER_FAULT", "pause-before-complete");
+    let child = a.spawn(&["once", "--batch-rows", "60"]);
+    // The first batch's prune waits 3 s; the second batch is claimed and written meanwhile.
+    assert!(
+        c.wait_until(std::time::Duration::from_secs(30), || slice_keys(&a).len()
+            == 2)
+    );
+    db.batch_execute(&format!(
+        "SET session_replication_role = replica; UPDATE audit SET note = 'tampered' WHERE id = {first}; RESET session_replication_role"
+    ))
+    .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(5), "{}", text(&o));
+    assert!(text(&o).contains("refused"), "{}", text(&o));
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.archives"),
+        1
+    );
+    let pruned = scalar(&mut db, "SELECT deleted FROM retention.archives");
+    assert_eq!(pruned, 60);
+    assert_eq!(
+        total(&mut db),
+        before - pruned,
+        "only the second batch pruned"
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            &format!("SELECT count(*) FROM audit WHERE id = {first}")
+        ),
+        1
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.batches WHERE state = 'claimed'"
+        ),
+        0,
+        "nothing left in flight"
+    );
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'release' AND detail->>'reason' LIKE 'refused%'"),
+        1
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn metrics_and_health_are_served_and_sigterm_stops_cleanly() {
     let c = Cluster::start(&[]);

@@ -22,8 +22,9 @@ fn _claim_slice(
     max_rows: i32,
     lease: &str,
     owner: Option<&str>,
+    resume: bool,
 ) -> TableIterator<'static, (name!(result, pgrx::JsonB), name!(slice, Option<Vec<u8>>))> {
-    let (result, slice) = match batch::claim_with_slice(policy, max_rows, lease, owner) {
+    let (result, slice) = match batch::claim_with_slice(policy, max_rows, lease, owner, resume) {
         Ok(Some((batch, slice))) => (outcome(Ok(Some(batch))), Some(slice)),
         Ok(None) => (outcome(Ok(None::<String>)), None),
         Err(e) => (outcome(Err::<(), _>(e)), None),

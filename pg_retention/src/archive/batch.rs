@@ -107,7 +107,7 @@ fn expire_leases(policy: &Policy) -> Result<()> {
 /// An archiver that restarts under the same owner name gets its own unfinished batch back
 /// (even when its lease ran out, as long as nobody else claimed the rows), with a new lease, so
 /// it can find its objects under the same keys instead of archiving the rows twice.
-fn resume(policy: &Policy, owner: &str, lease: &str) -> Result<Option<String>> {
+fn resume_batch(policy: &Policy, owner: &str, lease: &str) -> Result<Option<String>> {
     let batch = optional_one::<String>(
         "UPDATE retention.batches SET lease_until = now() + $3::interval
           WHERE id = (SELECT id FROM retention.batches
@@ -140,18 +140,21 @@ pub fn claim(
     lease: &str,
     owner: Option<&str>,
 ) -> Result<Option<String>> {
-    Ok(claim_rendering(name, max_rows, lease, owner, false)?.map(|(batch, _)| batch))
+    Ok(claim_rendering(name, max_rows, lease, owner, true, false)?.map(|(batch, _)| batch))
 }
 
 /// [`claim`], and the batch's slice: rendered from the rows the claim itself read and locked,
 /// so the rows are read once for both (a resumed batch is rendered from its stored key set).
+/// Without `resume` an owner's unfinished batch is left alone (an archiver with one batch in
+/// flight claims the next).
 pub fn claim_with_slice(
     name: &str,
     max_rows: i32,
     lease: &str,
     owner: Option<&str>,
+    resume: bool,
 ) -> Result<Option<(String, Vec<u8>)>> {
-    match claim_rendering(name, max_rows, lease, owner, true)? {
+    match claim_rendering(name, max_rows, lease, owner, resume, true)? {
         None => Ok(None),
         Some((batch, Some(slice))) => Ok(Some((batch, slice))),
         Some((batch, None)) => {
@@ -167,6 +170,7 @@ fn claim_rendering(
     max_rows: i32,
     lease: &str,
     owner: Option<&str>,
+    resume: bool,
     render: bool,
 ) -> Result<Option<(String, Option<Vec<u8>>)>> {
     let policy = archive_policy(name)?;
@@ -184,8 +188,8 @@ fn claim_rendering(
             "Pass lease => '10 minutes'.",
         ));
     }
-    if let Some(owner) = owner {
-        if let Some(batch) = resume(&policy, owner, lease)? {
+    if let Some(owner) = owner.filter(|_| resume) {
+        if let Some(batch) = resume_batch(&policy, owner, lease)? {
             return Ok(Some((batch, None)));
         }
     }
