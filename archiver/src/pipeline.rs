@@ -15,7 +15,7 @@ use crate::keys::{manifest_key, slice_key};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use bytes::Bytes;
-use pg_retention_format::{decode_frames, verify_slice, Manifest};
+use pg_retention_format::{check_slice, count_frames, Manifest};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -249,13 +249,11 @@ async fn write_and_verify(
     slice: Bytes,
 ) -> Result<(String, String, u64, u64)> {
     let mut manifest = ctx.db.manifest(batch).await?;
-    // Decoding proves the extension's bytes are whole frames before anything is written.
-    let rows = decode_frames(&slice)
-        .map_err(|e| Error::Verify {
-            key: batch.to_owned(),
-            reason: format!("the slice the extension rendered does not decode: {e}"),
-        })?
-        .len() as u64;
+    // Walking the frames proves the extension's bytes decode before anything is written.
+    let rows = count_frames(&slice).map_err(|e| Error::Verify {
+        key: batch.to_owned(),
+        reason: format!("the slice the extension rendered does not decode: {e}"),
+    })?;
     if rows != manifest.rows {
         return Err(Error::Verify {
             key: batch.to_owned(),
@@ -304,7 +302,7 @@ async fn verify_written(
     manifest_bytes: &Bytes,
 ) -> Result<()> {
     let back = ctx.store.get(skey).await?;
-    verify_slice(&back, &manifest.blake3, manifest.rows, manifest.bytes).map_err(|e| {
+    check_slice(&back, &manifest.blake3, manifest.rows, manifest.bytes).map_err(|e| {
         Error::Verify {
             key: skey.to_owned(),
             reason: e.to_string(),

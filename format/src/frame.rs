@@ -61,7 +61,7 @@ pub fn encode_frame(row: &Row) -> Result<Vec<u8>> {
     Ok(frame)
 }
 
-fn read_values(body: &mut &[u8], offset: usize) -> Result<Vec<Option<String>>> {
+fn read_values<'a>(body: &mut &'a [u8], offset: usize) -> Result<Vec<Option<&'a str>>> {
     let malformed = |reason: String| FormatError::Malformed { offset, reason };
     let n = rmp::decode::read_array_len(body).map_err(|e| malformed(format!("array: {e}")))?;
     let mut out = Vec::with_capacity((n as usize).min(4096));
@@ -82,7 +82,7 @@ fn read_values(body: &mut &[u8], offset: usize) -> Result<Vec<Option<String>>> {
         }
         let (s, rest) = body.split_at(len);
         let s = std::str::from_utf8(s).map_err(|e| malformed(format!("utf-8: {e}")))?;
-        out.push(Some(s.to_owned()));
+        out.push(Some(s));
         *body = rest;
     }
     Ok(out)
@@ -94,8 +94,32 @@ pub(crate) fn declared_len(prefix: &[u8]) -> usize {
 }
 
 /// Decodes a whole slice into rows, refusing truncated, oversized or malformed input.
-pub fn decode_frames(mut bytes: &[u8]) -> Result<Vec<Row>> {
+pub fn decode_frames(bytes: &[u8]) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
+    let owned = |v: Vec<Option<&str>>| v.into_iter().map(|s| s.map(str::to_owned)).collect();
+    walk_frames(bytes, |key, columns| {
+        rows.push(Row {
+            key: owned(key),
+            columns: owned(columns),
+        })
+    })?;
+    Ok(rows)
+}
+
+/// Checks a whole slice as [`decode_frames`] does, without keeping the rows; returns how many
+/// frames it holds.
+pub fn count_frames(bytes: &[u8]) -> Result<u64> {
+    let mut n = 0u64;
+    walk_frames(bytes, |_, _| n += 1)?;
+    Ok(n)
+}
+
+/// Walks every frame of `bytes`, refusing truncated, oversized or malformed input, and hands
+/// each row's key values and column values to `row`.
+fn walk_frames<'a>(
+    mut bytes: &'a [u8],
+    mut row: impl FnMut(Vec<Option<&'a str>>, Vec<Option<&'a str>>),
+) -> Result<()> {
     let mut offset = 0usize;
     while !bytes.is_empty() {
         if bytes.len() < 4 {
@@ -132,11 +156,11 @@ pub fn decode_frames(mut bytes: &[u8]) -> Result<Vec<Row>> {
         if !body.is_empty() {
             return Err(malformed("trailing bytes inside frame"));
         }
-        rows.push(Row { key, columns });
+        row(key, columns);
         bytes = &bytes[4 + len..];
         offset += 4 + len;
     }
-    Ok(rows)
+    Ok(())
 }
 
 #[cfg(test)]

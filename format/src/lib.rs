@@ -15,7 +15,7 @@ pub mod verify;
 
 pub use digest::SliceHasher;
 pub use error::{FormatError, Result};
-pub use frame::{append_frame, decode_frames, encode_frame, Row, MAX_FRAME_LEN};
+pub use frame::{append_frame, count_frames, decode_frames, encode_frame, Row, MAX_FRAME_LEN};
 pub use manifest::{ColumnSpec, Manifest, FORMAT_VERSION};
 pub use stream::StreamDecoder;
-pub use verify::{summarize, summarize_slice, verify_slice};
+pub use verify::{check_slice, summarize, summarize_slice, verify_slice};

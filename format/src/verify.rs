@@ -2,11 +2,24 @@
 
 use crate::digest::SliceHasher;
 use crate::error::{FormatError, Result};
-use crate::frame::{decode_frames, Row};
+use crate::frame::{count_frames, decode_frames, Row};
+
+/// Checks `slice` as [`verify_slice`] does, without keeping the decoded rows.
+pub fn check_slice(slice: &[u8], blake3_hex: &str, rows: u64, bytes: u64) -> Result<()> {
+    check_digest(slice, blake3_hex, bytes)?;
+    check_rows(count_frames(slice)?, rows)
+}
 
 /// Decodes `slice` and checks its BLAKE3, row count and byte count. Any truncation, bit flip or
 /// substitution fails here: a flipped bit may still decode, but it never hashes the same.
 pub fn verify_slice(slice: &[u8], blake3_hex: &str, rows: u64, bytes: u64) -> Result<Vec<Row>> {
+    check_digest(slice, blake3_hex, bytes)?;
+    let decoded = decode_frames(slice)?;
+    check_rows(decoded.len() as u64, rows)?;
+    Ok(decoded)
+}
+
+fn check_digest(slice: &[u8], blake3_hex: &str, bytes: u64) -> Result<()> {
     if slice.len() as u64 != bytes {
         return Err(FormatError::Mismatch {
             what: "bytes",
@@ -22,15 +35,18 @@ pub fn verify_slice(slice: &[u8], blake3_hex: &str, rows: u64, bytes: u64) -> Re
             found: digest,
         });
     }
-    let decoded = decode_frames(slice)?;
-    if decoded.len() as u64 != rows {
+    Ok(())
+}
+
+fn check_rows(found: u64, rows: u64) -> Result<()> {
+    if found != rows {
         return Err(FormatError::Mismatch {
             what: "rows",
             expected: rows.to_string(),
-            found: decoded.len().to_string(),
+            found: found.to_string(),
         });
     }
-    Ok(decoded)
+    Ok(())
 }
 
 /// BLAKE3 hex, row count and byte count of a whole `slice` of `rows` frames: the same as

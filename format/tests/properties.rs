@@ -1,7 +1,8 @@
 //! Properties of the slice format: round trips, and every truncation or bit flip is caught.
 
 use pg_retention_format::{
-    decode_frames, encode_frame, summarize, verify_slice, Row, StreamDecoder,
+    check_slice, count_frames, decode_frames, encode_frame, summarize, summarize_slice,
+    verify_slice, Row, StreamDecoder,
 };
 use proptest::prelude::*;
 
@@ -64,11 +65,25 @@ proptest! {
         let at = pos.index(slice.len());
         slice[at] ^= 1 << bit;
         prop_assert!(verify_slice(&slice, &digest, n, bytes).is_err());
+        prop_assert!(check_slice(&slice, &digest, n, bytes).is_err());
+    }
+
+    #[test]
+    fn check_and_count_agree_with_decode(rows in prop::collection::vec(row(), 0..10), garbage in prop::collection::vec(any::<u8>(), 0..64)) {
+        let (slice, frames) = slice_of(&rows);
+        let (digest, n, bytes) = summarize(frames.iter().map(Vec::as_slice));
+        prop_assert_eq!(summarize_slice(&slice, n), (digest.clone(), n, bytes));
+        prop_assert!(check_slice(&slice, &digest, n, bytes).is_ok());
+        prop_assert_eq!(count_frames(&slice).unwrap(), rows.len() as u64);
+        let mut tail = slice.clone();
+        tail.extend(&garbage);
+        prop_assert_eq!(count_frames(&tail).ok(), decode_frames(&tail).ok().map(|r| r.len() as u64));
     }
 
     #[test]
     fn decoding_garbage_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
         let _ = decode_frames(&bytes);
+        let _ = count_frames(&bytes);
         let mut d = StreamDecoder::new();
         if d.push(&bytes).is_ok() {
             let _ = d.finish();

@@ -340,7 +340,7 @@ fn claim_keys(
     } else {
         (0..rel.pk.len()).collect()
     };
-    let age = ident(policy.age_column.as_deref().unwrap_or_default());
+    let age_name = policy.age_column.as_deref().unwrap_or_default();
     let mut outside = Vec::new();
     for (first, last) in live {
         outside.push(format!(
@@ -349,18 +349,23 @@ fn claim_keys(
             key_compare(rel, "<=", &key_literal(last))?
         ));
     }
+    let width = names.len();
+    // The age column's least and greatest value go to the manifest: it is among the rendered
+    // columns, or selected after the ctid when only keys are.
+    let (age_at, age_extra) = match rel.columns.iter().position(|c| c.name == age_name) {
+        Some(i) if render => (i, String::new()),
+        _ => (width + 1, format!(", t.{}", ident(age_name))),
+    };
     let sql = format!(
-        "WITH cand AS MATERIALIZED (
-             SELECT {t_cols}, t.ctid AS __retention_ctid, t.{age} AS __retention_age FROM ONLY {table} t
-              WHERE {eligible} AND {after} AND {outside}
-              ORDER BY {order} LIMIT {max_rows}
-                FOR UPDATE OF t SKIP LOCKED)
-         SELECT {cols}, __retention_ctid,
-                (SELECT min(__retention_age) FROM cand), (SELECT max(__retention_age) FROM cand)
-           FROM cand ORDER BY {pk}",
-        t_cols = names.iter().map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", "),
-        cols = names.join(", "),
-        pk = rel.pk.iter().map(|c| ident(c)).collect::<Vec<_>>().join(", "),
+        "SELECT {cols}, t.ctid{age_extra} FROM ONLY {table} t
+          WHERE {eligible} AND {after} AND {outside}
+          ORDER BY {order} LIMIT {max_rows}
+            FOR UPDATE OF t SKIP LOCKED",
+        cols = names
+            .iter()
+            .map(|c| format!("t.{c}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         table = rel.qualified,
         eligible = elig.age_predicate(Guards::ALL),
         after = if after.is_some() {
@@ -368,11 +373,14 @@ fn claim_keys(
         } else {
             "$1::text[] IS NULL".into()
         },
-        outside = if outside.is_empty() { "true".into() } else { outside.join(" AND ") },
+        outside = if outside.is_empty() {
+            "true".into()
+        } else {
+            outside.join(" AND ")
+        },
         order = pk_order(rel),
     );
     let after: Option<Vec<Option<String>>> = after.map(<[_]>::to_vec);
-    let width = names.len();
     let capacity = max_rows.clamp(0, 100_000) as usize;
     let mut claimed = Claimed {
         keys: Vec::with_capacity(capacity * key_at.len()),
@@ -381,11 +389,7 @@ fn claim_keys(
         age_max: None,
         slice: render.then(Vec::new),
     };
-    for_each_rendered(&sql, &[after.into()], |values| {
-        let owned = |i: usize| values.get(i).copied().flatten().map(str::to_owned);
-        if claimed.ctids.is_empty() {
-            (claimed.age_min, claimed.age_max) = (owned(width + 1), owned(width + 2));
-        }
+    let extremes = for_each_rendered(&sql, &[after.into()], width + 1, Some(age_at), |values| {
         let key: Vec<Option<&str>> = key_at
             .iter()
             .map(|&i| values.get(i).copied().flatten())
@@ -393,13 +397,16 @@ fn claim_keys(
         claimed
             .keys
             .extend(key.iter().map(|k| k.map(str::to_owned)));
-        claimed.ctids.push(owned(width));
+        claimed
+            .ctids
+            .push(values.get(width).copied().flatten().map(str::to_owned));
         if let Some(slice) = claimed.slice.as_mut() {
             append_frame(slice, &key, &values[..width])
                 .map_err(|e| RetentionError::Internal(e.to_string()))?;
         }
         Ok(())
     })?;
+    (claimed.age_min, claimed.age_max) = (extremes.min, extremes.max);
     Ok(claimed)
 }
 

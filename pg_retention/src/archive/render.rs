@@ -30,58 +30,145 @@ impl OutputFn {
         pg_sys::fmgr_info(func, &mut finfo);
         OutputFn { finfo }
     }
+
+    /// # Safety
+    /// `datum` is a non-NULL value of this function's type; the text lives in the current
+    /// memory context.
+    unsafe fn text<'a>(&mut self, datum: pg_sys::Datum) -> Result<&'a str> {
+        let text = pg_sys::OutputFunctionCall(&mut self.finfo, datum);
+        CStr::from_ptr(text)
+            .to_str()
+            .map_err(|e| RetentionError::Internal(format!("text output is not UTF-8: {e}")))
+    }
 }
 
-/// Runs `sql` and calls `each` once per result row with every column rendered to its text
-/// output (None for NULL). The strings live in a memory context reset after each row, so a
-/// batch costs one row's worth of rendered text at a time.
+/// Least and greatest value of one result column in its type's btree order, rendered.
+#[derive(Debug, Default)]
+pub struct Extremes {
+    /// Text output of the least non-NULL value.
+    pub min: Option<String>,
+    /// Text output of the greatest non-NULL value.
+    pub max: Option<String>,
+}
+
+/// Runs `sql` and calls `each` once per result row with its first `render` columns rendered to
+/// their text output (None for NULL; later columns are None). The strings live in a memory
+/// context reset after each row, so a batch costs one row's worth of rendered text at a time.
+/// With `extremes`, also returns the least and greatest value of that column.
 pub fn for_each_rendered(
     sql: &str,
     args: &[DatumWithOid<'_>],
+    render: usize,
+    extremes: Option<usize>,
     mut each: impl FnMut(&[Option<&str>]) -> Result<()>,
-) -> Result<()> {
+) -> Result<Extremes> {
     Spi::connect_mut(|client| {
         let table = client.update(sql, None, args)?;
         let n = table.len();
         if n == 0 {
-            return Ok(());
+            return Ok(Extremes::default());
         }
         // SAFETY: SPI_tuptable is the result of the statement just run and stays valid until the
         // next SPI call, which nothing below makes; each tuple is deformed against its own
-        // descriptor and every datum goes to the output function of its column's type.
+        // descriptor, every datum goes to the output function of its column's type, and the
+        // extremes are datums of those tuples, compared with their type's comparison function.
         unsafe {
             let tt = pg_sys::SPI_tuptable;
             let tupdesc = (*tt).tupdesc;
             let natts = (*tupdesc).natts as usize;
+            let render = render.min(natts);
             let mut fns: Vec<OutputFn> = (1..=natts)
                 .map(|i| OutputFn::new(pg_sys::SPI_gettypeid(tupdesc, i as i32)))
                 .collect();
+            let mut order = match extremes {
+                Some(c) if c < natts => Some(Order::new(tupdesc, c)?),
+                _ => None,
+            };
             let mut values = vec![pg_sys::Datum::from(0usize); natts];
             let mut nulls = vec![false; natts];
             let mut scratch = PgMemoryContexts::new("pg_retention render");
             for r in 0..n {
                 let tuple = *(*tt).vals.add(r);
                 pg_sys::heap_deform_tuple(tuple, tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+                if let Some(o) = order.as_mut() {
+                    o.see(values[o.col], nulls[o.col]);
+                }
                 let result = scratch.switch_to(|_| {
-                    let mut texts: Vec<Option<&str>> = Vec::with_capacity(natts);
-                    for (i, f) in fns.iter_mut().enumerate() {
-                        if nulls[i] {
-                            texts.push(None);
-                            continue;
+                    let mut texts: Vec<Option<&str>> = vec![None; natts];
+                    for (i, f) in fns.iter_mut().enumerate().take(render) {
+                        if !nulls[i] {
+                            texts[i] = Some(f.text(values[i])?);
                         }
-                        let text = pg_sys::OutputFunctionCall(&mut f.finfo, values[i]);
-                        texts.push(Some(CStr::from_ptr(text).to_str().map_err(|e| {
-                            RetentionError::Internal(format!("text output is not UTF-8: {e}"))
-                        })?));
                     }
                     each(&texts)
                 });
                 scratch.reset();
                 result?;
             }
+            let Some(o) = order else {
+                return Ok(Extremes::default());
+            };
+            let f = &mut fns[o.col];
+            let owned = |f: &mut OutputFn, d: Option<pg_sys::Datum>| -> Result<Option<String>> {
+                d.map(|d| f.text(d).map(str::to_owned)).transpose()
+            };
+            Ok(Extremes {
+                min: owned(f, o.min)?,
+                max: owned(f, o.max)?,
+            })
         }
-        Ok(())
     })
+}
+
+/// Running least and greatest datum of one column, by its type's default btree comparison.
+struct Order {
+    col: usize,
+    cmp: *mut pg_sys::FmgrInfo,
+    collation: pg_sys::Oid,
+    min: Option<pg_sys::Datum>,
+    max: Option<pg_sys::Datum>,
+}
+
+impl Order {
+    /// # Safety
+    /// `tupdesc` is a live descriptor with more than `col` attributes.
+    unsafe fn new(tupdesc: pg_sys::TupleDesc, col: usize) -> Result<Order> {
+        let attr = (*tupdesc).attrs.as_ptr().add(col);
+        let tc =
+            pg_sys::lookup_type_cache((*attr).atttypid, pg_sys::TYPECACHE_CMP_PROC_FINFO as i32);
+        if tc.is_null() || (*tc).cmp_proc_finfo.fn_oid == pg_sys::Oid::INVALID {
+            return Err(RetentionError::Internal(format!(
+                "type {} of result column {} has no btree ordering",
+                u32::from((*attr).atttypid),
+                col + 1
+            )));
+        }
+        Ok(Order {
+            col,
+            cmp: &mut (*tc).cmp_proc_finfo,
+            collation: (*attr).attcollation,
+            min: None,
+            max: None,
+        })
+    }
+
+    /// # Safety
+    /// `d` is a datum of this column, alive as long as the extremes are used.
+    unsafe fn see(&mut self, d: pg_sys::Datum, null: bool) {
+        if null {
+            return;
+        }
+        let (f, collation) = (self.cmp, self.collation);
+        let cmp = |a: pg_sys::Datum, b: pg_sys::Datum| -> i32 {
+            pg_sys::FunctionCall2Coll(f, collation, a, b).value() as i32
+        };
+        if self.min.is_none_or(|m| cmp(d, m) < 0) {
+            self.min = Some(d);
+        }
+        if self.max.is_none_or(|m| cmp(d, m) > 0) {
+            self.max = Some(d);
+        }
+    }
 }
 
 /// Frames rendered from a statement's rows, back to back: the slice they make.
@@ -120,7 +207,7 @@ fn render_frames(rel: &RelationInfo, sql: &str, args: &[DatumWithOid<'_>]) -> Re
     let pk = pk_positions(rel)?;
     let n = rel.columns.len();
     let mut out = Rendered::default();
-    for_each_rendered(sql, args, |values| {
+    for_each_rendered(sql, args, usize::MAX, None, |values| {
         let columns = values.get(..n).ok_or_else(|| {
             RetentionError::Internal(format!("expected {n} columns, got {}", values.len()))
         })?;
