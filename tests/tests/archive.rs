@@ -536,6 +536,38 @@ fn claim_slice_renders_what_the_key_set_renders() {
     assert!(nothing, "nothing left: (NULL, NULL)");
 }
 
+/// Frames are in key order whatever the rows' physical order: rows stored in reverse key order
+/// render to the same slice in the claim, in batch_slice and inside complete.
+#[test]
+fn frames_follow_key_order_not_storage_order() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE rev (id int PRIMARY KEY, at timestamptz NOT NULL, done bool NOT NULL DEFAULT true);
+         INSERT INTO rev (id, at) SELECT g, now() - interval '40 days' FROM generate_series(50, 1, -1) g;
+         SELECT retention.add_policy(name => 'rev', relation => 'rev', kind => 'age', age_column => 'at',
+                older_than => '30 days', terminal => 'done', action => 'archive_then_delete');",
+    )
+    .unwrap();
+    let r = db
+        .query_one(
+            "SELECT batch::text, slice FROM retention.claim_slice('rev', 20)",
+            &[],
+        )
+        .unwrap();
+    let (batch, claimed): (String, Vec<u8>) = (r.get(0), r.get(1));
+    let ids: Vec<String> = decode_frames(&claimed)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.key[0].clone().unwrap())
+        .collect();
+    assert_eq!(ids, (1..=20).map(|i| i.to_string()).collect::<Vec<_>>());
+    let (again, digest, rows, bytes) = slice(&mut db, &batch);
+    assert_eq!(again, claimed);
+    assert_eq!(complete(&mut db, &batch, &digest, rows, bytes).unwrap(), 20);
+    assert_eq!(scalar(&mut db, "SELECT min(id)::bigint FROM rev"), 21);
+}
+
 /// Rows are read back where the claim found them: after a table rewrite moved them, the
 /// batch's rows are not there (or other rows are), so complete refuses and deletes nothing.
 #[test]

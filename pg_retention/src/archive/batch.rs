@@ -432,21 +432,25 @@ fn batch_keys(id: &str) -> Result<(Texts, Texts)> {
 /// other row now in its place (its key differs).
 fn current_rows(b: &Batch, rel: &RelationInfo, lock: bool) -> Result<Rendered> {
     let (keys, ctids) = batch_keys(&b.id)?;
-    let rendered = render_batch(rel, &ctids, lock)?;
+    let found = render_batch(rel, &ctids, lock)?;
+    let mismatch = |reason: String| RetentionError::ArchiveMismatch {
+        batch: b.id.clone(),
+        reason,
+    };
+    // Rows come in the scan's order; the slice is in key order, which is the claim's order.
+    let rendered = found.reordered(&ctids, rel.pk.len()).ok_or_else(|| {
+        let present: std::collections::HashSet<&Option<String>> = found.extra.iter().collect();
+        let gone = ctids.iter().filter(|c| !present.contains(c)).count();
+        mismatch(format!(
+            "{gone} of its {} rows changed, moved or vanished since the claim",
+            b.rows
+        ))
+    })?;
     if rendered.keys != keys {
-        let arity = rel.pk.len().max(1);
-        let missing = b.rows - (rendered.keys.len() / arity) as i64;
-        return Err(RetentionError::ArchiveMismatch {
-            batch: b.id.clone(),
-            reason: if missing > 0 {
-                format!(
-                    "{missing} of its {} rows changed, moved or vanished since the claim",
-                    b.rows
-                )
-            } else {
-                "rows now at its rows' places have other keys: the table was rewritten since the claim".into()
-            },
-        });
+        return Err(mismatch(
+            "rows now at its rows' places have other keys: the table was rewritten since the claim"
+                .into(),
+        ));
     }
     Ok(rendered)
 }

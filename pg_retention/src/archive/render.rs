@@ -12,6 +12,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use pgrx::PgMemoryContexts;
+use std::collections::HashMap;
 use std::ffi::CStr;
 
 /// The output function of one result column, looked up once per statement.
@@ -190,6 +191,37 @@ impl Rendered {
         pg_retention_format::summarize_slice(&self.slice, self.ends.len() as u64)
     }
 
+    /// The same rows in the order of `ctids`, each found by its ctid (the statement's extra
+    /// column); None unless the rows are exactly those at `ctids`.
+    pub fn reordered(&self, ctids: &[Option<String>], arity: usize) -> Option<Rendered> {
+        if self.ends.len() != ctids.len() || self.extra.len() != ctids.len() {
+            return None;
+        }
+        let at: HashMap<&str, usize> = self
+            .extra
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.as_deref().map(|c| (c, i)))
+            .collect();
+        let starts: Vec<usize> = std::iter::once(0)
+            .chain(self.ends.iter().copied())
+            .collect();
+        let mut out = Rendered {
+            slice: Vec::with_capacity(self.slice.len()),
+            ..Rendered::default()
+        };
+        for ctid in ctids {
+            let i = *at.get(ctid.as_deref()?)?;
+            out.slice
+                .extend_from_slice(&self.slice[starts[i]..self.ends[i]]);
+            out.ends.push(out.slice.len());
+            out.keys
+                .extend_from_slice(self.keys.get(i * arity..(i + 1) * arity)?);
+            out.extra.push(ctid.clone());
+        }
+        Some(out)
+    }
+
     /// The frames one by one.
     pub fn frames(&self) -> impl Iterator<Item = &[u8]> {
         let mut start = 0;
@@ -272,15 +304,14 @@ pub fn key_compare(rel: &RelationInfo, op: &str, key: &str) -> Result<String> {
     Ok(format!("({}) {op} ({})", left.join(", "), right.join(", ")))
 }
 
-/// Renders the rows at `ctids` in key order, each with its current `ctid` (in `extra`); `lock`
-/// takes row locks. A TID scan: one heap fetch per row, no index probe.
+/// Renders the rows at `ctids` (in the scan's order; see [`Rendered::reordered`]), each with
+/// its current `ctid` (in `extra`); `lock` takes row locks. A TID scan: one heap fetch per row,
+/// no index probe and no sort.
 pub fn render_batch(rel: &RelationInfo, ctids: &[Option<String>], lock: bool) -> Result<Rendered> {
     let sql = format!(
-        "SELECT {cols}, t.ctid FROM ONLY {table} t WHERE t.ctid = ANY ($1::text[]::tid[])
-          ORDER BY {order} {lock}",
+        "SELECT {cols}, t.ctid FROM ONLY {table} t WHERE t.ctid = ANY ($1::text[]::tid[]) {lock}",
         cols = column_list(rel),
         table = rel.qualified,
-        order = pk_order(rel),
         lock = if lock { "FOR UPDATE OF t" } else { "" },
     );
     render_frames(rel, &sql, &[ctids.to_vec().into()])
