@@ -1,6 +1,7 @@
 //! The sweep protocol used by `CALL retention.run()` and the background worker: start, one
 //! batch per transaction, failure, finish. State travels as jsonb between the calls.
 
+use crate::catalog::prepared;
 use crate::engine::sweep::{self, SweepState};
 use crate::error::{OrReport, Result};
 use pgrx::prelude::*;
@@ -40,7 +41,12 @@ fn _sweep_batch(state: pgrx::JsonB) -> pgrx::JsonB {
 }
 
 fn unflushed_commit() -> Result<()> {
-    Spi::run("SELECT pg_catalog.set_config('synchronous_commit', 'off', true)")?;
+    let plan = prepared::cached(
+        "SELECT pg_catalog.set_config('synchronous_commit', 'off', true)",
+        &[],
+        false,
+    )?;
+    prepared::run(&plan, &[])?;
     Ok(())
 }
 

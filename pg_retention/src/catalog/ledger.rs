@@ -1,8 +1,27 @@
 //! Appending to the ledger. The ledger is append-only; this is its one writer.
 
-use crate::catalog::Policy;
+use crate::catalog::{prepared, Policy};
 use crate::error::Result;
-use pgrx::prelude::*;
+use pgrx::pg_sys::BuiltinOid;
+use pgrx::PgOid;
+
+/// Every record goes in through this one statement (planned once per backend).
+const INSERT: &str = "INSERT INTO retention.ledger_entries
+     (method, policy, policy_id, policy_version, relation, rows, hold_ids, actor, run_id, detail, archive_id)
+ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::uuid, $10, $11)";
+const INSERT_ARGS: [BuiltinOid; 11] = [
+    BuiltinOid::TEXTOID,
+    BuiltinOid::TEXTOID,
+    BuiltinOid::INT8OID,
+    BuiltinOid::INT4OID,
+    BuiltinOid::TEXTOID,
+    BuiltinOid::INT8OID,
+    BuiltinOid::INT8ARRAYOID,
+    BuiltinOid::TEXTOID,
+    BuiltinOid::TEXTOID,
+    BuiltinOid::JSONBOID,
+    BuiltinOid::INT8OID,
+];
 
 /// One ledger record to append.
 #[derive(Debug)]
@@ -54,12 +73,8 @@ impl LedgerEntry<'_> {
             pgrx::JsonB(self.detail.clone()).into(),
             archive_id.into(),
         ];
-        Spi::run_with_args(
-            "INSERT INTO retention.ledger_entries
-                 (method, policy, policy_id, policy_version, relation, rows, hold_ids, actor, run_id, detail, archive_id)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::uuid, $10, $11)",
-            &args,
-        )?;
+        let plan = prepared::cached(INSERT, &INSERT_ARGS.map(PgOid::BuiltIn), true)?;
+        prepared::run(&plan, &args)?;
         Ok(())
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod ledger;
 pub mod policy;
+pub mod prepared;
 pub mod relation;
 
 pub use ledger::LedgerEntry;

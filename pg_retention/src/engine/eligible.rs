@@ -6,10 +6,11 @@
 //! block range; ranked kinds (`keep_latest`, `versions`) rank the whole table and then walk the
 //! ranked rows forward. `entity` policies are selected and deleted a whole group at a time.
 
-use crate::catalog::{Hold, Kind, Policy, RelationInfo};
+use crate::catalog::{prepared, Hold, Kind, Policy, RelationInfo};
 use crate::error::Result;
 use crate::sql_text::{ident, literal, predicate};
 use pgrx::prelude::*;
+use pgrx::PgOid;
 
 /// `now() - window` for the current transaction, as a timestamptz constant. As an expression it
 /// would be computed again for every row a batch reads (interval arithmetic through a broken-down
@@ -74,6 +75,37 @@ impl<'a> Eligibility<'a> {
             kind: policy.kind()?,
             cutoff: policy.older_than.as_deref().map(cutoff_sql).transpose()?,
         })
+    }
+
+    /// The builder with the cutoff (`now() - older_than`) given as SQL, e.g. a statement
+    /// parameter, instead of read as a constant now: for statements planned once and run again.
+    pub fn with_cutoff(
+        policy: &'a Policy,
+        rel: &'a RelationInfo,
+        holds: &'a [Hold],
+        cutoff: &str,
+    ) -> Result<Self> {
+        Ok(Eligibility {
+            policy,
+            rel,
+            holds,
+            kind: policy.kind()?,
+            cutoff: policy.older_than.as_ref().map(|_| cutoff.to_owned()),
+        })
+    }
+
+    /// `now() - older_than` for the current transaction as a value, for the statement parameter
+    /// [`Eligibility::with_cutoff`] names; None for policies without a window.
+    pub fn policy_cutoff(&self) -> Result<Option<pgrx::datum::TimestampWithTimeZone>> {
+        let Some(window) = self.policy.older_than.as_deref() else {
+            return Ok(None);
+        };
+        let plan = prepared::cached(
+            "SELECT now() - $1::interval",
+            &[PgOid::BuiltIn(pgrx::pg_sys::BuiltinOid::TEXTOID)],
+            false,
+        )?;
+        prepared::one(&plan, &[window.into()])
     }
 
     /// The policy kind.

@@ -8,9 +8,10 @@
 //! fingerprint differs from the one the cached context was read with. A change committed between
 //! batches therefore takes effect at the next batch, exactly as when everything was reloaded.
 
-use crate::catalog::{Hold, HoldFence, Policy, RelationInfo};
+use crate::catalog::{prepared, Hold, HoldFence, Policy, RelationInfo};
 use crate::error::Result;
-use pgrx::prelude::*;
+use pgrx::pg_sys::BuiltinOid;
+use pgrx::PgOid;
 use std::cell::RefCell;
 
 /// Everything a batch plans with.
@@ -52,8 +53,8 @@ SELECT concat_ws('|', p.dropped_at IS NULL, v.version, v.enabled, c.xmin,
 /// The context for the next batch of run `run_id` of policy `policy_id`: the cached one when
 /// nothing changed, else read afresh. None when the policy was dropped.
 pub fn for_batch(run_id: &str, policy_id: i64) -> Result<Option<RunContext>> {
-    let fingerprint =
-        Spi::get_one_with_args::<String>(FINGERPRINT, &[policy_id.into()])?.unwrap_or_default();
+    let plan = prepared::cached(FINGERPRINT, &[PgOid::BuiltIn(BuiltinOid::INT8OID)], false)?;
+    let fingerprint = prepared::one::<String>(&plan, &[policy_id.into()])?.unwrap_or_default();
     let hit = CACHED.with(|c| match &*c.borrow() {
         Some((run, fp, ctx)) if run == run_id && *fp == fingerprint => Some(ctx.clone()),
         _ => None,

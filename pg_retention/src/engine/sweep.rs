@@ -6,15 +6,19 @@
 //! and deletes in one statement, so the eligibility predicate, the holds in force and the
 //! foreign-key guard are evaluated when the batch executes.
 
-use crate::catalog::{active_holds, HoldFence, Kind, LedgerEntry, Policy, RelationInfo};
+use crate::catalog::{active_holds, prepared, HoldFence, Kind, LedgerEntry, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::quota;
 use crate::engine::run_context::{self, RunContext};
 use crate::error::Result;
 use crate::sql_text::{parse_tid, tid};
 use pgrx::prelude::*;
+use pgrx::spi::OwnedPreparedStatement;
+use pgrx::PgOid;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// Highest block number a tid can have; used as "end of table".
 const END_BLOCK: u64 = u32::MAX as u64;
@@ -191,8 +195,16 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
         return Ok(state.stop("stopped", "policy was disabled during the run"));
     }
     let remaining = state.cap - state.deleted;
-    let elig = Eligibility::new(policy, rel, holds)?;
+    // An age batch runs a statement planned once per run, with the cutoff as a parameter; the
+    // other kinds and the checks below read the cutoff as a constant.
+    let literal = || Eligibility::new(policy, rel, holds);
+    let elig = if policy.kind()? == Kind::Age {
+        Eligibility::with_cutoff(policy, rel, holds, CUTOFF_PARAM)?
+    } else {
+        literal()?
+    };
     if remaining <= 0 {
+        let elig = literal()?;
         return Ok(if has_more(&elig, state.lo)? {
             state.stop_at_cap()
         } else {
@@ -274,11 +286,22 @@ fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
     Ok(Spi::get_one::<bool>(&sql)?.unwrap_or(false))
 }
 
+/// The cutoff parameter of the age batch statement.
+const CUTOFF_PARAM: &str = "$5";
+
+thread_local! {
+    /// The age batch statement of the run in progress: its text and its plan.
+    static AGE_DELETE: RefCell<Option<(String, Rc<OwnedPreparedStatement>)>> =
+        const { RefCell::new(None) };
+}
+
 /// One batch of an `age` policy: one DELETE over one block range (a TID range scan, a page at a
 /// time, as fast as a bulk DELETE per row), deleting the first `n` eligible rows in physical
 /// order. `retention._batch_quota` counts the rows that passed every other condition (the CASE
 /// makes it run last), refuses past `n`, and remembers the last row it let through, so the
-/// statement needs no RETURNING (which would read every deleted row once more).
+/// statement needs no RETURNING (which would read every deleted row once more). The statement
+/// is planned once for as long as its text (the policy, table, holds and fence) stays the same;
+/// the range, quota and cutoff are its parameters.
 fn run_age_batch(
     elig: &Eligibility<'_>,
     fence: &HoldFence,
@@ -286,19 +309,41 @@ fn run_age_batch(
     hi_block: u64,
     n: i64,
 ) -> Result<BatchResult> {
-    let token = quota::next_token();
     let sql = format!(
         "DELETE FROM ONLY {table} t
-          WHERE t.ctid > {lo} AND t.ctid < {hi}
-            AND CASE WHEN {eligible} AND NOT {fence} THEN retention._batch_quota({n}, {token}, t.ctid) ELSE false END",
+          WHERE t.ctid > $1 AND t.ctid < $2
+            AND CASE WHEN {eligible} AND NOT {fence} THEN retention._batch_quota($3, $4, t.ctid) ELSE false END",
         table = elig.table(),
-        lo = tid(lo.0, lo.1),
-        hi = tid(hi_block, 0),
         eligible = elig.age_predicate(Guards::ALL),
         fence = fence.tripped(),
     );
-    let deleted =
-        Spi::connect_mut(|client| client.update(&sql, None, &[]).map(|t| t.len()))? as i64;
+    let plan = match AGE_DELETE.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|(text, _)| *text == sql)
+            .map(|(_, plan)| Rc::clone(plan))
+    }) {
+        Some(plan) => plan,
+        None => {
+            use pgrx::pg_sys::BuiltinOid::{INT8OID, TIDOID, TIMESTAMPTZOID};
+            let types = [TIDOID, TIDOID, INT8OID, INT8OID, TIMESTAMPTZOID].map(PgOid::BuiltIn);
+            let plan = Rc::new(prepared::prepare(&sql, &types, true)?);
+            AGE_DELETE.with(|c| *c.borrow_mut() = Some((sql, Rc::clone(&plan))));
+            plan
+        }
+    };
+    let token = quota::next_token();
+    let cutoff = elig.policy_cutoff()?;
+    let deleted = prepared::run(
+        &plan,
+        &[
+            item_pointer(lo).into(),
+            item_pointer((hi_block, 0)).into(),
+            n.into(),
+            token.into(),
+            cutoff.into(),
+        ],
+    )? as i64;
     // Nothing deleted can mean a hold arrived: then the range is read again with it.
     let new_hold = deleted == 0
         && Spi::get_one::<bool>(&format!("SELECT {}", fence.tripped()))?.unwrap_or(false);
@@ -308,6 +353,16 @@ fn run_age_batch(
         last: quota::last(token),
         new_hold,
     })
+}
+
+fn item_pointer((block, item): (u64, u64)) -> pg_sys::ItemPointerData {
+    let mut tid = pg_sys::ItemPointerData::default();
+    pgrx::itemptr::item_pointer_set_all(
+        &mut tid,
+        block.min(u64::from(u32::MAX)) as u32,
+        item.min(u64::from(u16::MAX)) as u16,
+    );
+    tid
 }
 
 /// One batch of row-wise kinds: plan up to `n` eligible rows after the watermark in physical
