@@ -53,6 +53,15 @@ pub struct Verified {
     extender: tokio::task::JoinHandle<()>,
 }
 
+impl Verified {
+    /// Whether the claim filled the batch. A short batch means the claim caught up with the
+    /// eligible rows: claiming again at once would only read the table's unexpired rows again
+    /// for the few that aged past the cutoff since.
+    pub fn full(&self, batch_rows: i32) -> bool {
+        self.rows >= u64::try_from(batch_rows).unwrap_or(0)
+    }
+}
+
 /// Claims a batch of `policy`, writes its slice and manifest and reads them back. None when
 /// nothing is eligible. With `resume` the claim may hand back this owner's unfinished batch; it
 /// must be false while another batch of ours is in flight, or it would hand back that one.

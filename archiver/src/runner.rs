@@ -47,9 +47,10 @@ async fn policies(ctx: &Context) -> Result<Vec<String>> {
     })
 }
 
-/// Archives until nothing is eligible or `max_batches` batches are done. Stops at the first
-/// batch that fails or is refused (after releasing it) and returns its error; a batch already
-/// verified by then is still pruned first.
+/// Archives until a pass over the policies claims no full batch (every claim came back short or
+/// empty: it caught up with the eligible rows) or `max_batches` batches are done. Stops at the
+/// first batch that fails or is refused (after releasing it) and returns its error; a batch
+/// already verified by then is still pruned first.
 pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
     let ctx = context(settings).await?;
     let mut done = 0u64;
@@ -73,7 +74,7 @@ pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
             match next {
                 Ok(Some(v)) => {
                     started += 1;
-                    progressed = true;
+                    progressed |= v.full(ctx.settings.batch_rows);
                     in_flight = Some(v);
                 }
                 Ok(None) => {}
@@ -128,7 +129,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
                     }
                     let (pruned, next) = overlapped(&ctx, in_flight.take(), &policy).await;
                     let next = next.map(|v| {
-                        progressed |= v.is_some();
+                        progressed |= v.as_ref().is_some_and(|v| v.full(ctx.settings.batch_rows));
                         in_flight = v;
                     });
                     for result in [pruned.map(|r| r.map(drop)), Some(next)]

@@ -210,6 +210,65 @@ fn overlapping_batches_archive_every_row_once() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Rows that keep ageing past the cutoff (a trickle): a short batch means the archiver caught
+/// up, so `run` sleeps its idle time instead of claiming again at once (each claim would read the
+/// table's unexpired rows again for the one row that aged meanwhile), and `once` stops.
+#[test]
+fn a_short_batch_means_caught_up() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE trickle (id int PRIMARY KEY, at timestamptz NOT NULL, done bool NOT NULL DEFAULT true);
+         INSERT INTO trickle (id, at) SELECT g, now() - interval '31 days' FROM generate_series(1, 50) g;
+         -- one more row ages past the 30-day cutoff every 50 ms for the next 10 s
+         INSERT INTO trickle (id, at)
+              SELECT 50 + g, now() - interval '30 days' + make_interval(secs => g * 0.05)
+                FROM generate_series(1, 200) g;
+         SELECT retention.add_policy(name => 'trickle', relation => 'trickle', kind => 'age', age_column => 'at',
+                older_than => '30 days', terminal => 'done', action => 'archive_then_delete');",
+    )
+    .unwrap();
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.url("postgres"), &url);
+    let o = a.run(&["once", "--batch-rows", "1000"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let claims = || "SELECT count(*) FROM retention.ledger WHERE method = 'claim'";
+    assert_eq!(
+        scalar(&mut db, claims()),
+        1,
+        "once stops after its short batch"
+    );
+    let mut child = a
+        .clone()
+        .with_env("PG_RETENTION_METRICS_ADDR", "127.0.0.1:0")
+        .spawn(&["run", "--batch-rows", "1000", "--idle-sleep", "30s"]);
+    assert!(c.wait_until(std::time::Duration::from_secs(30), || {
+        let mut db = c.connect("postgres");
+        scalar(&mut db, claims()) == 2
+    }));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(
+        scalar(&mut db, claims()),
+        2,
+        "run sleeps after a short batch while rows keep ageing"
+    );
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.batches WHERE state <> 'pruned'"
+        ),
+        0,
+        "both batches pruned"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A prune refused while the next batch is already verified: that next batch is still pruned
 /// before `once` stops with the refusal, and the refused batch is released with nothing deleted.
 #[test]

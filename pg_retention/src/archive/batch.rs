@@ -282,10 +282,11 @@ fn claim_watermark(policy: &Policy) -> Result<Option<Vec<Option<String>>>> {
     )
 }
 
-/// First and last key of every live batch of the table (any policy): nobody else claims a row
-/// inside them while the batch lives.
+/// A live batch's first and last key.
 type KeyRange = (Texts, Texts);
 
+/// First and last key of every live batch of the table (any policy): nobody else claims a row
+/// inside them while the batch lives.
 fn live_ranges(rel: &RelationInfo) -> Result<Vec<KeyRange>> {
     Ok(query_json::<Vec<KeyRange>>(
         "SELECT coalesce(jsonb_agg(jsonb_build_array(b.first_key, b.last_key)), '[]')
