@@ -35,3 +35,15 @@ pub fn scalar(db: &mut postgres::Client, sql: &str) -> i64 {
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
         .get(0)
 }
+
+/// The manifest `retention.batch_manifest(batch, digest)` renders, as JSON.
+pub fn manifest_of(db: &mut postgres::Client, batch: &str, digest: bool) -> serde_json::Value {
+    let text: String = db
+        .query_one(
+            "SELECT retention.batch_manifest($1::text::uuid, $2)::text",
+            &[&batch, &digest],
+        )
+        .unwrap_or_else(|e| panic!("manifest of {batch}: {e}"))
+        .get(0);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("manifest of {batch}: {e}"))
+}

@@ -2,7 +2,7 @@
 //! frames, the digest-checked prune. The test plays the archiver's part through SQL.
 
 use pg_retention_format::{decode_frames, summarize, Row};
-use pg_retention_integration::{expect_error, scalar, Cluster};
+use pg_retention_integration::{expect_error, manifest_of, scalar, Cluster};
 use postgres::Client;
 
 /// An audit table: rows 1..=n, every 5th still open (NULL closed_at); closed row g closed g days ago.
@@ -213,15 +213,7 @@ fn claim_frames_complete_deletes_exactly_the_batch_and_records_the_archive() {
         "eligible rows in key order"
     );
     let (_, digest, rows, bytes) = slice(&mut db, &batch);
-    let manifest: serde_json::Value = serde_json::from_str(
-        &db.query_one(
-            "SELECT retention.batch_manifest($1::text::uuid)::text",
-            &[&batch],
-        )
-        .unwrap()
-        .get::<_, String>(0),
-    )
-    .unwrap();
+    let manifest = manifest_of(&mut db, &batch, true);
     assert_eq!(manifest["blake3"].as_str(), Some(digest.as_str()));
     assert_eq!(
         (manifest["rows"].as_i64(), manifest["bytes"].as_i64()),
@@ -456,15 +448,7 @@ fn a_composite_key_batch_round_trips_and_prunes_exactly_its_rows() {
             .get(0);
         assert_eq!(whole, bytes, "batch_slice is batch_frames concatenated");
         let decoded = decode_frames(&bytes).unwrap();
-        let manifest: serde_json::Value = serde_json::from_str(
-            &db.query_one(
-                "SELECT retention.batch_manifest($1::text::uuid, false)::text",
-                &[&batch],
-            )
-            .unwrap()
-            .get::<_, String>(0),
-        )
-        .unwrap();
+        let manifest = manifest_of(&mut db, &batch, false);
         db.batch_execute("SET TimeZone = 'UTC'").unwrap();
         let range = db
             .query_one(

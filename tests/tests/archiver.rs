@@ -4,7 +4,7 @@
 
 use pg_retention_integration::archiver::{text, Archiver};
 use pg_retention_integration::seaweed::{ACCESS_KEY, SECRET_KEY};
-use pg_retention_integration::{scalar, Cluster, Seaweed};
+use pg_retention_integration::{manifest_of, scalar, Cluster, Seaweed};
 use postgres::Client;
 use std::path::PathBuf;
 
@@ -526,15 +526,7 @@ fn a_foreign_object_at_the_batch_key_fails_the_batch_and_prunes_nothing() {
         )
         .unwrap()
         .get(0);
-    let m: serde_json::Value = serde_json::from_str(
-        &db.query_one(
-            "SELECT retention.batch_manifest($1::text::uuid)::text",
-            &[&batch],
-        )
-        .unwrap()
-        .get::<_, String>(0),
-    )
-    .unwrap();
+    let m = manifest_of(&mut db, &batch, true);
     let created = m["created_at"].as_str().unwrap();
     let key = format!(
         "{}/{}/{}/{}/{}/{batch}.slice",
