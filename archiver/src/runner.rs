@@ -59,7 +59,14 @@ pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
     let mut first_error: Option<Error> = None;
     'outer: loop {
         let mut progressed = false;
-        for policy in policies(&ctx).await? {
+        let list = match policies(&ctx).await {
+            Ok(list) => list,
+            Err(e) => {
+                first_error.get_or_insert(e);
+                break;
+            }
+        };
+        for policy in list {
             if max_batches.is_some_and(|m| started >= m) {
                 break 'outer;
             }
