@@ -34,6 +34,11 @@ CREATE TABLE retention.batch_keys (
     keys     text[] NOT NULL,
     ctids    tid[] NOT NULL
 );
+-- Stored out of line but not compressed: every claim writes the row and every read-back reads
+-- it, and compressing ~150 kB of short keys cost more than the bytes it saved (insert 7 -> 4 ms,
+-- read 2.6 -> 0.7 ms for 10,000 keys).
+ALTER TABLE retention.batch_keys ALTER COLUMN keys SET STORAGE EXTERNAL,
+                                 ALTER COLUMN ctids SET STORAGE EXTERNAL;
 
 -- Every verified archive object whose rows were pruned. Never pruned, never changed.
 CREATE TABLE retention.archive_records (
