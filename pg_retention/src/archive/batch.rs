@@ -1,7 +1,7 @@
 //! The archive protocol: claim → frames/manifest → complete (or release / lease expiry).
 
 use super::render::{
-    for_each_rendered, key_compare, pk_order, pk_positions, render_batch, Rendered,
+    key_compare, pk_order, pk_positions, render_batch, render_rows, Extremes, Rendered, RowLayout,
 };
 use crate::catalog::{
     active_holds, caller, optional_one, query_json, HoldFence, Kind, LedgerEntry, Policy,
@@ -10,7 +10,6 @@ use crate::catalog::{
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::validate::interval_sign;
 use crate::error::{Result, RetentionError};
-use pg_retention_format::append_frame;
 use pg_retention_format::{ColumnSpec, Manifest, FORMAT_VERSION};
 use pgrx::prelude::*;
 use serde::Deserialize;
@@ -208,8 +207,8 @@ fn claim_rendering(
     // later) are claimed when a claim from the watermark finds nothing and starts over.
     let mut watermark = claim_watermark(&policy)?;
     let live = live_ranges(&rel)?;
-    let claimed = loop {
-        let claimed = claim_keys(
+    let (claimed, age) = loop {
+        let (claimed, age) = claim_keys(
             &policy,
             &rel,
             &elig,
@@ -219,7 +218,7 @@ fn claim_rendering(
             render,
         )?;
         if !claimed.keys.is_empty() || watermark.is_none() {
-            break claimed;
+            break (claimed, age);
         }
         watermark = None;
     };
@@ -243,8 +242,8 @@ fn claim_rendering(
             rows.into(),
             first_key.into(),
             last_key.into(),
-            claimed.age_min.into(),
-            claimed.age_max.into(),
+            age.min.into(),
+            age.max.into(),
             lease.into(),
         ],
     )?
@@ -254,7 +253,7 @@ fn claim_rendering(
         &[
             batch.as_str().into(),
             claimed.keys.into(),
-            claimed.ctids.into(),
+            claimed.extra.into(),
         ],
     )?;
     LedgerEntry {
@@ -268,7 +267,7 @@ fn claim_rendering(
         detail: json!({ "batch": batch, "lease": lease }),
     }
     .append()?;
-    Ok(Some((batch, claimed.slice)))
+    Ok(Some((batch, render.then_some(claimed.slice))))
 }
 
 /// Where the next claim of `policy` starts: after the last key of its latest batch, unless that
@@ -297,18 +296,6 @@ fn live_ranges(rel: &RelationInfo) -> Result<Vec<KeyRange>> {
     .unwrap_or_default())
 }
 
-/// What a claim statement froze.
-struct Claimed {
-    /// Keys in key order, flattened (primary-key arity values each).
-    keys: Vec<Option<String>>,
-    /// Where each row was when claimed (the rows stay there while they do not change).
-    ctids: Vec<Option<String>>,
-    age_min: Option<String>,
-    age_max: Option<String>,
-    /// The frames of the claimed rows, when the claim rendered them.
-    slice: Option<Vec<u8>>,
-}
-
 /// A text[] literal of `key`.
 fn key_literal(key: &[Option<String>]) -> String {
     let items: Vec<String> = key
@@ -319,8 +306,9 @@ fn key_literal(key: &[Option<String>]) -> String {
 }
 
 /// Locks and renders the keys of up to `max_rows` eligible rows after `after` (in key order)
-/// outside the live batches' ranges, with `render` their frames too. Rows another transaction
-/// holds locked (a concurrent claim) are skipped.
+/// outside the live batches' ranges, with `render` their frames too; the rows' claim-time ctids
+/// are the extra column, and the extremes are those of the age column. Rows another
+/// transaction holds locked (a concurrent claim) are skipped.
 fn claim_keys(
     policy: &Policy,
     rel: &RelationInfo,
@@ -329,7 +317,7 @@ fn claim_keys(
     after: Option<&[Option<String>]>,
     live: &[KeyRange],
     render: bool,
-) -> Result<Claimed> {
+) -> Result<(Rendered, Extremes)> {
     use crate::sql_text::ident;
     let names: Vec<String> = if render {
         rel.columns.iter().map(|c| ident(&c.name)).collect()
@@ -382,33 +370,13 @@ fn claim_keys(
         order = pk_order(rel),
     );
     let after: Option<Vec<Option<String>>> = after.map(<[_]>::to_vec);
-    let capacity = max_rows.clamp(0, 100_000) as usize;
-    let mut claimed = Claimed {
-        keys: Vec::with_capacity(capacity * key_at.len()),
-        ctids: Vec::with_capacity(capacity),
-        age_min: None,
-        age_max: None,
-        slice: render.then(Vec::new),
+    let layout = RowLayout {
+        width,
+        key_at,
+        frames: render,
+        extremes: Some(age_at),
     };
-    let extremes = for_each_rendered(&sql, &[after.into()], width + 1, Some(age_at), |values| {
-        let key: Vec<Option<&str>> = key_at
-            .iter()
-            .map(|&i| values.get(i).copied().flatten())
-            .collect();
-        claimed
-            .keys
-            .extend(key.iter().map(|k| k.map(str::to_owned)));
-        claimed
-            .ctids
-            .push(values.get(width).copied().flatten().map(str::to_owned));
-        if let Some(slice) = claimed.slice.as_mut() {
-            append_frame(slice, &key, &values[..width])
-                .map_err(|e| RetentionError::Internal(e.to_string()))?;
-        }
-        Ok(())
-    })?;
-    (claimed.age_min, claimed.age_max) = (extremes.min, extremes.max);
-    Ok(claimed)
+    render_rows(&sql, &[after.into()], &layout)
 }
 
 /// The frozen key set of a live batch and where its rows were when claimed.

@@ -56,7 +56,7 @@ pub struct Extremes {
 /// their text output (None for NULL; later columns are None). The strings live in a memory
 /// context reset after each row, so a batch costs one row's worth of rendered text at a time.
 /// With `extremes`, also returns the least and greatest value of that column.
-pub fn for_each_rendered(
+fn for_each_rendered(
     sql: &str,
     args: &[DatumWithOid<'_>],
     render: usize,
@@ -172,7 +172,8 @@ impl Order {
     }
 }
 
-/// Frames rendered from a statement's rows, back to back: the slice they make.
+/// A statement's rows rendered: their keys, their frames back to back (the slice they make;
+/// empty when only keys were rendered) and their extra column.
 #[derive(Default)]
 pub struct Rendered {
     /// The frames, concatenated.
@@ -181,7 +182,7 @@ pub struct Rendered {
     pub ends: Vec<usize>,
     /// The rows' keys one after another (primary-key arity values each), in row order.
     pub keys: Vec<Option<String>>,
-    /// Each row's trailing column past the table's own (its ctid), when the statement has one.
+    /// Each row's column after the rendered ones (its ctid), when the statement has one.
     pub extra: Vec<Option<String>>,
 }
 
@@ -233,27 +234,56 @@ impl Rendered {
     }
 }
 
-/// Renders the rows of `sql` (every column of `rel` in attribute order, then optionally one
-/// extra column) into frames.
-fn render_frames(rel: &RelationInfo, sql: &str, args: &[DatumWithOid<'_>]) -> Result<Rendered> {
-    let pk = pk_positions(rel)?;
-    let n = rel.columns.len();
+/// Where things are in the rows of a statement rendered by [`render_rows`]: `width` columns,
+/// then one extra column (a ctid) when the statement has it.
+pub struct RowLayout {
+    /// Columns before the extra one.
+    pub width: usize,
+    /// Positions of the primary-key columns among them.
+    pub key_at: Vec<usize>,
+    /// Whether the `width` columns are the table's own, in attribute order, to be framed.
+    pub frames: bool,
+    /// A column whose least and greatest value to report.
+    pub extremes: Option<usize>,
+}
+
+/// Renders the rows of `sql`: each row's key (and with `frames` its frame) and its extra column.
+pub fn render_rows(
+    sql: &str,
+    args: &[DatumWithOid<'_>],
+    layout: &RowLayout,
+) -> Result<(Rendered, Extremes)> {
+    let width = layout.width;
     let mut out = Rendered::default();
-    for_each_rendered(sql, args, usize::MAX, None, |values| {
-        let columns = values.get(..n).ok_or_else(|| {
-            RetentionError::Internal(format!("expected {n} columns, got {}", values.len()))
+    let extremes = for_each_rendered(sql, args, width + 1, layout.extremes, |values| {
+        let columns = values.get(..width).ok_or_else(|| {
+            RetentionError::Internal(format!("expected {width} columns, got {}", values.len()))
         })?;
-        let key: Vec<Option<&str>> = pk.iter().map(|&i| columns[i]).collect();
+        let key: Vec<Option<&str>> = layout.key_at.iter().map(|&i| columns[i]).collect();
         out.keys.extend(key.iter().map(|k| k.map(str::to_owned)));
-        append_frame(&mut out.slice, &key, columns)
-            .map_err(|e| RetentionError::Internal(e.to_string()))?;
-        out.ends.push(out.slice.len());
-        if let Some(extra) = values.get(n) {
+        if layout.frames {
+            append_frame(&mut out.slice, &key, columns)
+                .map_err(|e| RetentionError::Internal(e.to_string()))?;
+            out.ends.push(out.slice.len());
+        }
+        if let Some(extra) = values.get(width) {
             out.extra.push(extra.map(str::to_owned));
         }
         Ok(())
     })?;
-    Ok(out)
+    Ok((out, extremes))
+}
+
+/// Renders the rows of `sql` (every column of `rel` in attribute order, then optionally one
+/// extra column) into frames.
+fn render_frames(rel: &RelationInfo, sql: &str, args: &[DatumWithOid<'_>]) -> Result<Rendered> {
+    let layout = RowLayout {
+        width: rel.columns.len(),
+        key_at: pk_positions(rel)?,
+        frames: true,
+        extremes: None,
+    };
+    Ok(render_rows(sql, args, &layout)?.0)
 }
 
 /// The columns of alias `t` in attribute order (a frame's columns).
