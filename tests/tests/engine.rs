@@ -61,9 +61,24 @@ fn age_expiry_boundary_just_under_and_just_over_the_window() {
 
 #[test]
 fn age_sweep_deletes_exactly_eligible_terminal_rows_in_batches() {
+    age_sweep_deletes_exactly_eligible_terminal_rows(false);
+}
+
+/// The same through an index on the age column (ages fall as ids rise: index order is the
+/// reverse of physical order), with every batch's age range in the ledger.
+#[test]
+fn age_sweep_through_an_age_index_deletes_exactly_eligible_terminal_rows_in_batches() {
+    age_sweep_deletes_exactly_eligible_terminal_rows(true);
+}
+
+fn age_sweep_deletes_exactly_eligible_terminal_rows(by_index: bool) {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");
     outbox(&mut db, 3000);
+    if by_index {
+        db.batch_execute("CREATE INDEX outbox_created_at ON outbox (created_at)")
+            .unwrap();
+    }
     age_policy(&mut db, ", terminal => $$status = 'sent'$$");
     let expected = count(&mut db, "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days' AND status = 'sent'");
     let before = count(&mut db, "SELECT count(*) FROM outbox");
@@ -102,6 +117,75 @@ fn age_sweep_deletes_exactly_eligible_terminal_rows_in_batches() {
             "SELECT rows_pruned_total FROM retention.stats WHERE policy = 'outbox'"
         ),
         expected
+    );
+    // Which walk the batches took, as the ledger records it.
+    let walk = if by_index { "from_age" } else { "from_tid" };
+    assert_eq!(
+        count(
+            &mut db,
+            &format!("SELECT count(*) FILTER (WHERE detail ? '{walk}') - count(*) FROM retention.ledger WHERE method = 'prune'")
+        ),
+        0
+    );
+    if by_index {
+        // Consecutive batches cover adjacent age ranges: each starts where the previous ended.
+        assert_eq!(
+            count(
+                &mut db,
+                "SELECT count(*) FROM (SELECT detail->>'from_age' AS f,
+                        lag(detail->>'to_age') OVER (ORDER BY (detail->>'batch')::int) AS prev
+                   FROM retention.ledger WHERE method = 'prune') b
+                  WHERE prev IS NOT NULL AND prev IS DISTINCT FROM f"
+            ),
+            0
+        );
+    }
+}
+
+/// More rows share one age than a batch holds: index batches cannot split them by age, so the
+/// run goes on by block ranges, and every batch stays within its size.
+#[test]
+fn a_tie_larger_than_a_batch_moves_an_index_walk_to_block_ranges() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE daily (id int PRIMARY KEY, day date NOT NULL);
+         INSERT INTO daily SELECT g, current_date - 100 - g FROM generate_series(1, 50) g;
+         INSERT INTO daily SELECT g, current_date - 60 FROM generate_series(51, 1050) g;
+         INSERT INTO daily SELECT g, current_date - (g % 20) FROM generate_series(1051, 1250) g;
+         CREATE INDEX daily_day ON daily (day);
+         SELECT retention.add_policy(name => 'daily', relation => 'daily', kind => 'age',
+                age_column => 'day', older_than => '30 days', batch_size => 100);",
+    )
+    .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM daily"), 200);
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM daily WHERE id <= 1050"),
+        0
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT (1000 * count(*) + sum(rows))::bigint FROM retention.ledger WHERE method = 'prune' AND detail ? 'from_age'"
+        ),
+        1050,
+        "the 50 older rows, by age, in one batch"
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'prune' AND detail ? 'from_tid'"
+        ),
+        1000,
+        "the 1000 tied rows, by block ranges"
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT max(rows) FROM retention.ledger WHERE method = 'prune'"
+        ),
+        100
     );
 }
 
@@ -228,9 +312,22 @@ fn scope_limits_a_policy_to_one_tenant() {
 
 #[test]
 fn hold_blocks_and_lift_releases_on_the_next_run() {
+    hold_blocks_and_lift_releases(false);
+}
+
+#[test]
+fn hold_blocks_an_index_walk_and_lift_releases_on_the_next_run() {
+    hold_blocks_and_lift_releases(true);
+}
+
+fn hold_blocks_and_lift_releases(by_index: bool) {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");
     outbox(&mut db, 2000);
+    if by_index {
+        db.batch_execute("CREATE INDEX outbox_created_at ON outbox (created_at)")
+            .unwrap();
+    }
     age_policy(&mut db, "");
     let hold = scalar(
         &mut db,
@@ -279,12 +376,28 @@ fn hold_blocks_and_lift_releases_on_the_next_run() {
 
 /// Table `q`: 1000 expired rows (ids in physical order, tenant = id % 2) whose deletes each take
 /// 3 ms and are logged in `del_log` (id, tenant, deleting transaction, time); an `age` policy of
-/// 50-row batches. Starts `CALL retention.run()` in another session and returns once more than
-/// 100 rows are gone, so the run is mid-way through its batches.
-fn slow_run_under_way(c: &Cluster, db: &mut Client) -> std::thread::JoinHandle<()> {
+/// 50-row batches. `by_index`: the rows' ages rise with their ids and an index on the age column
+/// makes batches walk it (else every row has the same age and no such index exists, and batches
+/// walk block ranges). Starts `CALL retention.run()` in another session and returns once more
+/// than 100 rows are gone, so the run is mid-way through its batches.
+fn slow_run_under_way(c: &Cluster, db: &mut Client, by_index: bool) -> std::thread::JoinHandle<()> {
+    if by_index {
+        db.batch_execute(
+            "CREATE TABLE q (id int PRIMARY KEY, tenant int NOT NULL, created_at timestamptz NOT NULL);
+             INSERT INTO q SELECT g, g % 2, now() - interval '90 days' + g * interval '1 second'
+               FROM generate_series(1, 1000) g;
+             CREATE INDEX q_created_at ON q (created_at);",
+        )
+        .unwrap();
+    } else {
+        db.batch_execute(
+            "CREATE TABLE q (id int PRIMARY KEY, tenant int NOT NULL, created_at timestamptz NOT NULL);
+             INSERT INTO q SELECT g, g % 2, now() - interval '90 days' FROM generate_series(1, 1000) g;",
+        )
+        .unwrap();
+    }
     db.batch_execute(
-        "CREATE TABLE q (id int PRIMARY KEY, tenant int NOT NULL, created_at timestamptz NOT NULL);
-         INSERT INTO q SELECT g, g % 2, now() - interval '90 days' FROM generate_series(1, 1000) g;
+        "
          CREATE TABLE del_log (id int, tenant int, xid xid8, at timestamptz);
          CREATE FUNCTION log_del() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN INSERT INTO del_log VALUES (OLD.id, OLD.tenant, pg_current_xact_id(), clock_timestamp()); PERFORM pg_sleep(0.003); RETURN OLD; END $$;
@@ -307,9 +420,18 @@ fn slow_run_under_way(c: &Cluster, db: &mut Client) -> std::thread::JoinHandle<(
 
 #[test]
 fn hold_placed_mid_run_wins_for_every_later_batch() {
+    hold_placed_mid_run_wins(false);
+}
+
+#[test]
+fn hold_placed_mid_run_wins_for_every_later_batch_through_an_age_index() {
+    hold_placed_mid_run_wins(true);
+}
+
+fn hold_placed_mid_run_wins(by_index: bool) {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");
-    let runner = slow_run_under_way(&c, &mut db);
+    let runner = slow_run_under_way(&c, &mut db, by_index);
     // The run is under way: place the hold from another session.
     let mut tx = db.transaction().unwrap();
     tx.execute(
@@ -361,9 +483,18 @@ fn hold_placed_mid_run_wins_for_every_later_batch() {
 /// missing it would delete the referencing rows too).
 #[test]
 fn a_foreign_key_added_mid_run_protects_referenced_rows_from_the_next_batch() {
+    foreign_key_added_mid_run_protects(false);
+}
+
+#[test]
+fn a_foreign_key_added_mid_run_protects_referenced_rows_through_an_age_index() {
+    foreign_key_added_mid_run_protects(true);
+}
+
+fn foreign_key_added_mid_run_protects(by_index: bool) {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");
-    let runner = slow_run_under_way(&c, &mut db);
+    let runner = slow_run_under_way(&c, &mut db, by_index);
     // Takes its lock between two batches; rows 901..1000 come last in physical order.
     db.batch_execute(
         "CREATE TABLE refs (q_id int REFERENCES q ON DELETE CASCADE);
@@ -427,9 +558,22 @@ fn referenced_parent_rows_survive_and_children_run_first() {
 
 #[test]
 fn run_cap_stops_and_ledgers_a_warning() {
+    run_cap_stops(false);
+}
+
+#[test]
+fn run_cap_stops_an_index_walk_and_ledgers_a_warning() {
+    run_cap_stops(true);
+}
+
+fn run_cap_stops(by_index: bool) {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");
     outbox(&mut db, 2000);
+    if by_index {
+        db.batch_execute("CREATE INDEX outbox_created_at ON outbox (created_at)")
+            .unwrap();
+    }
     age_policy(&mut db, ", max_rows_per_run => 250");
     let eligible = count(
         &mut db,

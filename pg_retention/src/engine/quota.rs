@@ -1,10 +1,14 @@
-//! The row quota of an `age` batch: the batch's DELETE calls `retention._batch_quota` for each
-//! row that passed its other conditions; the first `limit` calls with the statement's token say
-//! yes, and the last row let through becomes the batch's watermark. Backend-local state: the
-//! statement runs in the backend that built it.
+//! What an `age` batch statement reports besides its row count, through backend-local state
+//! (the statement runs in the backend that built it), so it needs no RETURNING:
+//!
+//! * the row quota of a block-range batch: its DELETE calls `retention._batch_quota` for each row
+//!   that passed its other conditions; the first `limit` calls with the statement's token say
+//!   yes, and the last row let through becomes the batch's watermark;
+//! * the bound of an index batch: its DELETE looks up once the age of the first eligible row
+//!   past the batch and hands it to `retention._batch_bound`.
 
 use pgrx::prelude::*;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 /// (statement token, rows accepted, last accepted tid as (block, item)).
@@ -49,5 +53,31 @@ pub fn last(token: i64) -> Option<(u64, u64)> {
         } else {
             None
         }
+    })
+}
+
+thread_local! {
+    /// The bound of the index batch statement that ran last in this backend: (statement token,
+    /// age of the first eligible row past the batch in the type's text form, if there is one).
+    static BOUND: RefCell<Option<(i64, Option<String>)>> = const { RefCell::new(None) };
+}
+
+/// Records the bound of an index batch: the age of the first eligible row past the batch's
+/// `n`, or NULL when no more than `n` eligible rows are left. Called once per statement, from
+/// the bound's subquery; always true.
+#[pg_extern(volatile, parallel_unsafe)]
+fn _batch_bound(token: i64, next: Option<&str>) -> bool {
+    BOUND.with(|b| *b.borrow_mut() = Some((token, next.map(str::to_owned))));
+    true
+}
+
+/// The bound the statement with `token` recorded: None when it did not compute one, Some(None)
+/// when the batch reaches the last eligible row.
+pub fn bound(token: i64) -> Option<Option<String>> {
+    BOUND.with(|b| {
+        b.borrow()
+            .as_ref()
+            .filter(|(t, _)| *t == token)
+            .map(|(_, next)| next.clone())
     })
 }

@@ -11,7 +11,7 @@ use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::quota;
 use crate::engine::run_context::{self, RunContext};
 use crate::error::Result;
-use crate::sql_text::{parse_tid, tid};
+use crate::sql_text::{ident, parse_tid, tid};
 use pgrx::prelude::*;
 use pgrx::spi::OwnedPreparedStatement;
 use pgrx::PgOid;
@@ -42,6 +42,11 @@ pub struct SweepState {
     pub lo: (u64, u64),
     /// For `age`: blocks per batch range (adapts to the density of eligible rows).
     pub span: u64,
+    /// For `age` on a table with a btree index on the age column: batches walk that index and
+    /// take the eligible rows aged from this value on (the type's text form). None: batches walk
+    /// block ranges from `lo`.
+    #[serde(default)]
+    pub age_from: Option<String>,
     /// Rows deleted so far.
     pub deleted: i64,
     /// Batches that deleted rows.
@@ -88,6 +93,7 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         actor: actor.to_owned(),
         lo: (0, 0),
         span: 0,
+        age_from: None,
         deleted: 0,
         batches: 0,
         cap: 0,
@@ -117,7 +123,33 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         .min(cycle_remaining.unwrap_or(i64::MAX))
         .max(0);
     state.span = initial_span(&rel, policy.batch_size)?;
+    if policy.kind()? == Kind::Age && has_age_index(&rel, &policy)? {
+        state.age_from = Some("-infinity".into());
+    }
     Ok(state)
+}
+
+/// Whether the table has a btree index that leads with the policy's age column (whole-table,
+/// default operator class), so that batches can take rows in age order and stop at the cutoff
+/// instead of reading every block.
+fn has_age_index(rel: &RelationInfo, policy: &Policy) -> Result<bool> {
+    let plan = prepared::cached(
+        "SELECT EXISTS (
+             SELECT 1 FROM pg_catalog.pg_index i
+               JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+               JOIN pg_catalog.pg_am am ON am.oid = ic.relam
+               JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+               JOIN pg_catalog.pg_opclass oc ON oc.oid = i.indclass[0]
+              WHERE i.indrelid = $1::bigint::oid AND a.attname = $2 AND am.amname = 'btree'
+                AND i.indisvalid AND i.indpred IS NULL AND oc.opcdefault)",
+        &[
+            PgOid::BuiltIn(pgrx::pg_sys::BuiltinOid::INT8OID),
+            PgOid::BuiltIn(pgrx::pg_sys::BuiltinOid::TEXTOID),
+        ],
+        false,
+    )?;
+    let age = policy.age_column.clone().unwrap_or_default();
+    Ok(prepared::one::<bool>(&plan, &[i64::from(rel.oid).into(), age.into()])?.unwrap_or(false))
 }
 
 /// Blocks per batch so that a dense range holds about one batch of rows.
@@ -199,7 +231,11 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
     // other kinds and the checks below read the cutoff as a constant.
     let literal = || Eligibility::new(policy, rel, holds);
     let elig = if policy.kind()? == Kind::Age {
-        Eligibility::with_cutoff(policy, rel, holds, CUTOFF_PARAM)?
+        let param = match state.age_from {
+            Some(_) => INDEX_CUTOFF_PARAM,
+            None => CUTOFF_PARAM,
+        };
+        Eligibility::with_cutoff(policy, rel, holds, param)?
     } else {
         literal()?
     };
@@ -212,6 +248,9 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
         });
     }
     let n = remaining.min(i64::from(policy.batch_size));
+    if let Some(from) = state.age_from.clone() {
+        return age_index_step(state, &ctx, &elig, from, n);
+    }
     let (hi_block, result) = match elig.kind() {
         Kind::Entity => (
             END_BLOCK,
@@ -286,13 +325,132 @@ fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
     Ok(Spi::get_one::<bool>(&sql)?.unwrap_or(false))
 }
 
-/// The cutoff parameter of the age batch statement.
+/// The cutoff parameter of the block-range age batch statement.
 const CUTOFF_PARAM: &str = "$5";
+/// The cutoff parameter of the index age batch statement.
+const INDEX_CUTOFF_PARAM: &str = "$4";
 
 thread_local! {
     /// The age batch statement of the run in progress: its text and its plan.
     static AGE_DELETE: RefCell<Option<(String, Rc<OwnedPreparedStatement>)>> =
         const { RefCell::new(None) };
+}
+
+/// The plan of the age batch statement `sql`, prepared once for as long as its text (policy,
+/// table, holds, fence) stays the same.
+fn age_delete_plan(sql: String, types: &[PgOid]) -> Result<Rc<OwnedPreparedStatement>> {
+    let cached = AGE_DELETE.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|(text, _)| *text == sql)
+            .map(|(_, plan)| Rc::clone(plan))
+    });
+    if let Some(plan) = cached {
+        return Ok(plan);
+    }
+    let plan = Rc::new(prepared::prepare(&sql, types, true)?);
+    AGE_DELETE.with(|c| *c.borrow_mut() = Some((sql, Rc::clone(&plan))));
+    Ok(plan)
+}
+
+/// One batch of an `age` policy through an index on the age column: one DELETE of the eligible
+/// rows aged from `from` up to (not including) the age of the first eligible row past the
+/// batch's `n`, looked up once by the same statement (an index scan of `n + 1` entries, under
+/// the same snapshot), so it deletes at most `n` rows and never reads a row past the cutoff.
+/// Rows that share the boundary age go to the next batch whole; when more than `n` rows share
+/// the age the batch starts at, the run goes on by block ranges instead. A hold placed after
+/// the holds were read makes the bound NULL, and the batch deletes nothing.
+fn age_index_step(
+    mut state: SweepState,
+    ctx: &RunContext,
+    elig: &Eligibility<'_>,
+    from: String,
+    n: i64,
+) -> Result<SweepState> {
+    let RunContext {
+        policy,
+        rel,
+        holds,
+        fence,
+    } = ctx;
+    let age = ident(policy.age_column.as_deref().unwrap_or_default());
+    let age_type = rel
+        .columns
+        .iter()
+        .find(|c| Some(c.name.as_str()) == policy.age_column.as_deref())
+        .map(|c| c.type_name.clone())
+        .unwrap_or_else(|| "timestamptz".into());
+    let eligible = elig.age_predicate(Guards::ALL);
+    let sql = format!(
+        "DELETE FROM ONLY {table} t
+          WHERE t.{age} >= $1::{age_type}
+            AND t.{age} < (SELECT CASE WHEN {fence} THEN NULL ELSE coalesce(b.next, 'infinity') END
+                             FROM (SELECT (SELECT t.{age} FROM ONLY {table} t
+                                            WHERE t.{age} >= $1::{age_type} AND {eligible}
+                                            ORDER BY t.{age} OFFSET $2 LIMIT 1) AS next) b
+                            WHERE retention._batch_bound($3, b.next::text))
+            AND {eligible}",
+        table = elig.table(),
+        fence = fence.tripped(),
+    );
+    use pgrx::pg_sys::BuiltinOid::{INT8OID, TEXTOID, TIMESTAMPTZOID};
+    let plan = age_delete_plan(
+        sql,
+        &[TEXTOID, INT8OID, INT8OID, TIMESTAMPTZOID].map(PgOid::BuiltIn),
+    )?;
+    let token = quota::next_token();
+    let cutoff = elig.policy_cutoff()?;
+    let deleted = prepared::run(
+        &plan,
+        &[from.as_str().into(), n.into(), token.into(), cutoff.into()],
+    )? as i64;
+    let bound = quota::bound(token);
+    if deleted == 0
+        && Spi::get_one::<bool>(&format!("SELECT {}", fence.tripped()))?.unwrap_or(false)
+    {
+        // A hold arrived after the batch read the holds: read the same rows again with it.
+        return Ok(state);
+    }
+    if deleted > 0 {
+        state.deleted += deleted;
+        state.batches += 1;
+        LedgerEntry {
+            method: "prune",
+            policy: Some(policy),
+            relation: None,
+            rows: deleted,
+            hold_ids: holds.iter().map(|h| h.id).collect(),
+            actor: &state.actor,
+            run_id: Some(&state.run_id),
+            detail: json!({
+                "batch": state.batches,
+                "planned": deleted,
+                "from_age": from,
+                "to_age": bound.clone().flatten(),
+            }),
+        }
+        .append()?;
+    }
+    Ok(match bound {
+        // The bound is computed before a row can pass the age condition: without one, no row did.
+        None if deleted == 0 => state.stop("ok", "no eligible rows left"),
+        None => {
+            return Err(crate::error::RetentionError::Internal(
+                "an index batch deleted rows without computing its bound".into(),
+            ))
+        }
+        Some(None) => state.stop("ok", "no eligible rows left"),
+        Some(Some(next)) if next == from => {
+            // More than a batch of rows share this age: go on by block ranges from the start.
+            state.age_from = None;
+            state.lo = (0, 0);
+            state
+        }
+        Some(next) => {
+            state.age_from = next;
+            state
+        }
+    })
 }
 
 /// One batch of an `age` policy: one DELETE over one block range (a TID range scan, a page at a
@@ -317,21 +475,9 @@ fn run_age_batch(
         eligible = elig.age_predicate(Guards::ALL),
         fence = fence.tripped(),
     );
-    let plan = match AGE_DELETE.with(|c| {
-        c.borrow()
-            .as_ref()
-            .filter(|(text, _)| *text == sql)
-            .map(|(_, plan)| Rc::clone(plan))
-    }) {
-        Some(plan) => plan,
-        None => {
-            use pgrx::pg_sys::BuiltinOid::{INT8OID, TIDOID, TIMESTAMPTZOID};
-            let types = [TIDOID, TIDOID, INT8OID, INT8OID, TIMESTAMPTZOID].map(PgOid::BuiltIn);
-            let plan = Rc::new(prepared::prepare(&sql, &types, true)?);
-            AGE_DELETE.with(|c| *c.borrow_mut() = Some((sql, Rc::clone(&plan))));
-            plan
-        }
-    };
+    use pgrx::pg_sys::BuiltinOid::{INT8OID, TIDOID, TIMESTAMPTZOID};
+    let types = [TIDOID, TIDOID, INT8OID, INT8OID, TIMESTAMPTZOID].map(PgOid::BuiltIn);
+    let plan = age_delete_plan(sql, &types)?;
     let token = quota::next_token();
     let cutoff = elig.policy_cutoff()?;
     let deleted = prepared::run(
