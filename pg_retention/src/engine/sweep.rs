@@ -381,13 +381,15 @@ fn age_index_step(
         .map(|c| c.type_name.clone())
         .unwrap_or_else(|| "timestamptz".into());
     let eligible = elig.age_predicate(Guards::ALL);
+    // `OFFSET 0` keeps `b` a subquery of its own: pulled up, the lookup of `next` would be
+    // copied into each of its two uses and run twice.
     let sql = format!(
         "DELETE FROM ONLY {table} t
           WHERE t.{age} >= $1::{age_type}
             AND t.{age} < (SELECT CASE WHEN {fence} THEN NULL ELSE coalesce(b.next, 'infinity') END
                              FROM (SELECT (SELECT t.{age} FROM ONLY {table} t
                                             WHERE t.{age} >= $1::{age_type} AND {eligible}
-                                            ORDER BY t.{age} OFFSET $2 LIMIT 1) AS next) b
+                                            ORDER BY t.{age} OFFSET $2 LIMIT 1) AS next OFFSET 0) b
                             WHERE retention._batch_bound($3, b.next::text))
             AND {eligible}",
         table = elig.table(),
