@@ -10,7 +10,7 @@ use crate::catalog::{active_holds, prepared, HoldFence, Kind, LedgerEntry, Polic
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::quota;
 use crate::engine::run_context::{self, RunContext};
-use crate::error::Result;
+use crate::error::{Result, RetentionError};
 use crate::sql_text::{ident, parse_tid, tid};
 use pgrx::prelude::*;
 use pgrx::spi::OwnedPreparedStatement;
@@ -373,13 +373,17 @@ fn age_index_step(
         holds,
         fence,
     } = ctx;
-    let age = ident(policy.age_column.as_deref().unwrap_or_default());
+    let age_column = policy.age_column.as_deref().unwrap_or_default();
+    let age = ident(age_column);
     let age_type = rel
         .columns
         .iter()
-        .find(|c| Some(c.name.as_str()) == policy.age_column.as_deref())
+        .find(|c| c.name == age_column)
         .map(|c| c.type_name.clone())
-        .unwrap_or_else(|| "timestamptz".into());
+        .ok_or_else(|| RetentionError::UndefinedColumn {
+            relation: rel.qualified.clone(),
+            column: age_column.to_owned(),
+        })?;
     let eligible = elig.age_predicate(Guards::ALL);
     // `OFFSET 0` keeps `b` a subquery of its own: pulled up, the lookup of `next` would be
     // copied into each of its two uses and run twice.
@@ -437,7 +441,7 @@ fn age_index_step(
         // The bound is computed before a row can pass the age condition: without one, no row did.
         None if deleted == 0 => state.stop("ok", "no eligible rows left"),
         None => {
-            return Err(crate::error::RetentionError::Internal(
+            return Err(RetentionError::Internal(
                 "an index batch deleted rows without computing its bound".into(),
             ))
         }
