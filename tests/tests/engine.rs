@@ -142,6 +142,46 @@ fn age_sweep_deletes_exactly_eligible_terminal_rows(by_index: bool) {
     }
 }
 
+/// An age column without a time zone (compared with the cutoff, a timestamptz, in the session's
+/// time zone) and ages that repeat across batch boundaries: exactly the eligible rows go, by age.
+#[test]
+fn an_index_walk_over_a_timestamp_column_deletes_exactly_the_expired_rows() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE events (id int PRIMARY KEY, at timestamp NOT NULL);
+         INSERT INTO events SELECT g, localtimestamp - (g / 3) * interval '1 hour' FROM generate_series(1, 3000) g;
+         CREATE INDEX events_at ON events (at DESC);
+         SELECT retention.add_policy(name => 'events', relation => 'events', kind => 'age',
+                age_column => 'at', older_than => '20 days', batch_size => 50);",
+    )
+    .unwrap();
+    let expected = count(
+        &mut db,
+        "SELECT count(*) FROM events WHERE at < now() - interval '20 days'",
+    );
+    assert!(expected > 500);
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM events"),
+        3000 - expected
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM events WHERE at < now() - interval '20 days'"
+        ),
+        0
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FILTER (WHERE detail ? 'from_age' AND rows <= 50) - count(*) FROM retention.ledger WHERE method = 'prune'"
+        ),
+        0
+    );
+}
+
 /// More rows share one age than a batch holds: index batches cannot split them by age, so the
 /// run goes on by block ranges, and every batch stays within its size.
 #[test]
