@@ -97,6 +97,12 @@ impl HoldFence {
             self.relation, self.seen
         )
     }
+
+    /// Whether a hold was placed after the read, as of now: a batch that deleted nothing asks
+    /// this to tell a new hold from an empty range.
+    pub fn tripped_now(&self) -> Result<bool> {
+        Ok(Spi::get_one::<bool>(&format!("SELECT {}", self.tripped()))?.unwrap_or(false))
+    }
 }
 
 /// The role the caller acts as: the outer user, unaffected by SECURITY DEFINER.

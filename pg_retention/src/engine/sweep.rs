@@ -231,11 +231,7 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
     // other kinds and the checks below read the cutoff as a constant.
     let literal = || Eligibility::new(policy, rel, holds);
     let elig = if policy.kind()? == Kind::Age {
-        let param = match state.age_from {
-            Some(_) => INDEX_CUTOFF_PARAM,
-            None => CUTOFF_PARAM,
-        };
-        Eligibility::with_cutoff(policy, rel, holds, param)?
+        Eligibility::with_cutoff(policy, rel, holds, CUTOFF_PARAM)?
     } else {
         literal()?
     };
@@ -270,24 +266,12 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
         return Ok(state);
     }
     if result.deleted > 0 {
-        state.deleted += result.deleted;
-        state.batches += 1;
-        LedgerEntry {
-            method: "prune",
-            policy: Some(policy),
-            relation: None,
-            rows: result.deleted,
-            hold_ids: holds.iter().map(|h| h.id).collect(),
-            actor: &state.actor,
-            run_id: Some(&state.run_id),
-            detail: json!({
-                "batch": state.batches,
-                "planned": result.planned,
-                "from_tid": format!("({},{})", state.lo.0, state.lo.1),
-                "to_tid": result.last.map(|(b, i)| format!("({b},{i})")),
-            }),
-        }
-        .append()?;
+        let detail = json!({
+            "planned": result.planned,
+            "from_tid": format!("({},{})", state.lo.0, state.lo.1),
+            "to_tid": result.last.map(|(b, i)| format!("({b},{i})")),
+        });
+        record_prune(&mut state, &ctx, result.deleted, detail)?;
     }
     let full = result.planned >= n;
     match (elig.kind(), full, result.last) {
@@ -315,6 +299,29 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
     Ok(state)
 }
 
+/// Counts a batch that deleted `rows` and ledgers it (`detail` plus the batch number).
+fn record_prune(
+    state: &mut SweepState,
+    ctx: &RunContext,
+    rows: i64,
+    mut detail: serde_json::Value,
+) -> Result<()> {
+    state.deleted += rows;
+    state.batches += 1;
+    detail["batch"] = json!(state.batches);
+    LedgerEntry {
+        method: "prune",
+        policy: Some(&ctx.policy),
+        relation: None,
+        rows,
+        hold_ids: ctx.holds.iter().map(|h| h.id).collect(),
+        actor: &state.actor,
+        run_id: Some(&state.run_id),
+        detail,
+    }
+    .append()
+}
+
 /// Whether deletable rows remain after the watermark.
 fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
     let sql = format!(
@@ -325,10 +332,8 @@ fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
     Ok(Spi::get_one::<bool>(&sql)?.unwrap_or(false))
 }
 
-/// The cutoff parameter of the block-range age batch statement.
-const CUTOFF_PARAM: &str = "$5";
-/// The cutoff parameter of the index age batch statement.
-const INDEX_CUTOFF_PARAM: &str = "$4";
+/// The cutoff parameter of both age batch statements (block range and index).
+const CUTOFF_PARAM: &str = "$1";
 
 thread_local! {
     /// The age batch statement of the run in progress: its text and its plan.
@@ -368,33 +373,22 @@ fn age_index_step(
     n: i64,
 ) -> Result<SweepState> {
     let RunContext {
-        policy,
-        rel,
-        holds,
-        fence,
+        policy, rel, fence, ..
     } = ctx;
     let age_column = policy.age_column.as_deref().unwrap_or_default();
     let age = ident(age_column);
-    let age_type = rel
-        .columns
-        .iter()
-        .find(|c| c.name == age_column)
-        .map(|c| c.type_name.clone())
-        .ok_or_else(|| RetentionError::UndefinedColumn {
-            relation: rel.qualified.clone(),
-            column: age_column.to_owned(),
-        })?;
+    let age_type = &rel.column(age_column)?.type_name;
     let eligible = elig.age_predicate(Guards::ALL);
     // `OFFSET 0` keeps `b` a subquery of its own: pulled up, the lookup of `next` would be
     // copied into each of its two uses and run twice.
     let sql = format!(
         "DELETE FROM ONLY {table} t
-          WHERE t.{age} >= $1::{age_type}
+          WHERE t.{age} >= $2::{age_type}
             AND t.{age} < (SELECT CASE WHEN {fence} THEN NULL ELSE coalesce(b.next, 'infinity') END
                              FROM (SELECT (SELECT t.{age} FROM ONLY {table} t
-                                            WHERE t.{age} >= $1::{age_type} AND {eligible}
-                                            ORDER BY t.{age} OFFSET $2 LIMIT 1) AS next OFFSET 0) b
-                            WHERE retention._batch_bound($3, b.next::text))
+                                            WHERE t.{age} >= $2::{age_type} AND {eligible}
+                                            ORDER BY t.{age} OFFSET $3 LIMIT 1) AS next OFFSET 0) b
+                            WHERE retention._batch_bound($4, b.next::text))
             AND {eligible}",
         table = elig.table(),
         fence = fence.tripped(),
@@ -402,40 +396,26 @@ fn age_index_step(
     use pgrx::pg_sys::BuiltinOid::{INT8OID, TEXTOID, TIMESTAMPTZOID};
     let plan = age_delete_plan(
         sql,
-        &[TEXTOID, INT8OID, INT8OID, TIMESTAMPTZOID].map(PgOid::BuiltIn),
+        &[TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID].map(PgOid::BuiltIn),
     )?;
     let token = quota::next_token();
     let cutoff = elig.policy_cutoff()?;
     let deleted = prepared::run(
         &plan,
-        &[from.as_str().into(), n.into(), token.into(), cutoff.into()],
+        &[cutoff.into(), from.as_str().into(), n.into(), token.into()],
     )? as i64;
     let bound = quota::bound(token);
-    if deleted == 0
-        && Spi::get_one::<bool>(&format!("SELECT {}", fence.tripped()))?.unwrap_or(false)
-    {
+    if deleted == 0 && fence.tripped_now()? {
         // A hold arrived after the batch read the holds: read the same rows again with it.
         return Ok(state);
     }
     if deleted > 0 {
-        state.deleted += deleted;
-        state.batches += 1;
-        LedgerEntry {
-            method: "prune",
-            policy: Some(policy),
-            relation: None,
-            rows: deleted,
-            hold_ids: holds.iter().map(|h| h.id).collect(),
-            actor: &state.actor,
-            run_id: Some(&state.run_id),
-            detail: json!({
-                "batch": state.batches,
-                "planned": deleted,
-                "from_age": from,
-                "to_age": bound.clone().flatten(),
-            }),
-        }
-        .append()?;
+        let detail = json!({
+            "planned": deleted,
+            "from_age": from,
+            "to_age": bound.clone().flatten(),
+        });
+        record_prune(&mut state, ctx, deleted, detail)?;
     }
     Ok(match bound {
         // The bound is computed before a row can pass the age condition: without one, no row did.
@@ -475,30 +455,29 @@ fn run_age_batch(
 ) -> Result<BatchResult> {
     let sql = format!(
         "DELETE FROM ONLY {table} t
-          WHERE t.ctid > $1 AND t.ctid < $2
-            AND CASE WHEN {eligible} AND NOT {fence} THEN retention._batch_quota($3, $4, t.ctid) ELSE false END",
+          WHERE t.ctid > $2 AND t.ctid < $3
+            AND CASE WHEN {eligible} AND NOT {fence} THEN retention._batch_quota($4, $5, t.ctid) ELSE false END",
         table = elig.table(),
         eligible = elig.age_predicate(Guards::ALL),
         fence = fence.tripped(),
     );
     use pgrx::pg_sys::BuiltinOid::{INT8OID, TIDOID, TIMESTAMPTZOID};
-    let types = [TIDOID, TIDOID, INT8OID, INT8OID, TIMESTAMPTZOID].map(PgOid::BuiltIn);
+    let types = [TIMESTAMPTZOID, TIDOID, TIDOID, INT8OID, INT8OID].map(PgOid::BuiltIn);
     let plan = age_delete_plan(sql, &types)?;
     let token = quota::next_token();
     let cutoff = elig.policy_cutoff()?;
     let deleted = prepared::run(
         &plan,
         &[
+            cutoff.into(),
             item_pointer(lo).into(),
             item_pointer((hi_block, 0)).into(),
             n.into(),
             token.into(),
-            cutoff.into(),
         ],
     )? as i64;
     // Nothing deleted can mean a hold arrived: then the range is read again with it.
-    let new_hold = deleted == 0
-        && Spi::get_one::<bool>(&format!("SELECT {}", fence.tripped()))?.unwrap_or(false);
+    let new_hold = deleted == 0 && fence.tripped_now()?;
     Ok(BatchResult {
         deleted,
         planned: deleted,
