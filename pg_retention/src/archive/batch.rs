@@ -1,7 +1,8 @@
 //! The archive protocol: claim → frames/manifest → complete (or release / lease expiry).
 
 use super::render::{
-    key_compare, pk_order, pk_positions, render_batch, render_rows, Extremes, Rendered, RowLayout,
+    column_list, key_compare, pk_order, pk_positions, render_at, render_batch, render_rows,
+    Extremes, Rendered, RowLayout, Statement,
 };
 use crate::catalog::{
     active_holds, caller, optional_one, query_json, HoldFence, Kind, LedgerEntry, Policy,
@@ -376,7 +377,7 @@ fn claim_keys(
         frames: render,
         extremes: Some(age_at),
     };
-    render_rows(&sql, &[after.into()], &layout)
+    render_rows(Statement::Text(&sql), &[after.into()], &layout)
 }
 
 /// The frozen key set of a live batch and where its rows were when claimed.
@@ -395,19 +396,29 @@ fn batch_keys(id: &str) -> Result<(Texts, Texts)> {
     })?)
 }
 
-/// The batch's rows as they are now, rendered in key order, each with its ctid; `lock` takes
-/// row locks. Found where the claim saw them: a row that changed since (an update writes a
-/// new version elsewhere), vanished or was moved by a table rewrite is refused, and so is any
-/// other row now in its place (its key differs).
-fn current_rows(b: &Batch, rel: &RelationInfo, lock: bool) -> Result<Rendered> {
+/// The batch's rows as they are now, rendered in key order, each with its ctid.
+fn current_rows(b: &Batch, rel: &RelationInfo) -> Result<Rendered> {
     let (keys, ctids) = batch_keys(&b.id)?;
-    let found = render_batch(rel, &ctids, lock)?;
+    let found = render_batch(rel, &ctids)?;
+    in_claim_order(b, rel, &keys, &ctids, found)
+}
+
+/// The rows found at a batch's claim-time `ctids`, put back in the claim's (key) order. A row
+/// that changed since (an update writes a new version elsewhere), vanished or was moved by a
+/// table rewrite is refused, and so is any other row now in its place (its key differs).
+fn in_claim_order(
+    b: &Batch,
+    rel: &RelationInfo,
+    keys: &[Option<String>],
+    ctids: &[Option<String>],
+    found: Rendered,
+) -> Result<Rendered> {
     let mismatch = |reason: String| RetentionError::ArchiveMismatch {
         batch: b.id.clone(),
         reason,
     };
     // Rows come in the scan's order; the slice is in key order, which is the claim's order.
-    let rendered = found.reordered(&ctids, rel.pk.len()).ok_or_else(|| {
+    let rendered = found.reordered(ctids, rel.pk.len()).ok_or_else(|| {
         let present: std::collections::HashSet<&Option<String>> = found.extra.iter().collect();
         let gone = ctids.iter().filter(|c| !present.contains(c)).count();
         mismatch(format!(
@@ -447,7 +458,7 @@ fn batch_slice_rendered(id: &str) -> Result<Rendered> {
         });
     }
     let (_, rel) = batch_policy(&b)?;
-    current_rows(&b, &rel, false)
+    current_rows(&b, &rel)
 }
 
 /// The manifest of a batch as it would be written next to its slice.
@@ -459,7 +470,7 @@ pub fn manifest(id: &str, digest: bool) -> Result<Manifest> {
     let b = load_batch(id, false)?;
     let (policy, rel) = batch_policy(&b)?;
     let (blake3, rows, bytes) = if digest {
-        current_rows(&b, &rel, false)?.summary()
+        current_rows(&b, &rel)?.summary()
     } else {
         (String::new(), b.rows.max(0) as u64, 0)
     };
@@ -581,11 +592,38 @@ pub fn complete(
         ));
     }
     let (policy, rel) = batch_policy(&b)?;
-    // Lock the rows and render them exactly as the frames were rendered. While we hold the
-    // locks nobody moves them, so the prune below finds each by the ctid it had here.
-    let locked = current_rows(&b, &rel, true)?;
-    let (digest, n, nbytes) = locked.summary();
-    let ctids = locked.extra;
+    let (keys, ctids) = batch_keys(&b.id)?;
+    // Delete the batch's rows that are still eligible and that no hold and no reference keeps,
+    // returning them as they were, with the same hold fence as the sweep: a hold placed while
+    // we work makes us read the holds again. Then render the rows kept, and check the whole
+    // batch against the archive. Any mismatch raises, which rolls the deletes back with it: no
+    // row is gone unless this transaction proved its contents hash to the archived slice.
+    let mut attempt = 0;
+    let (gone, holds) = loop {
+        attempt += 1;
+        let (fence, holds) = HoldFence::read(rel.oid)?;
+        let elig = Eligibility::new(&policy, &rel, &holds)?;
+        let sql = format!(
+            "DELETE FROM ONLY {table} t
+              WHERE t.ctid = ANY ($1::text[]::tid[]) AND {guards} AND NOT {fenced}
+          RETURNING {cols}, t.ctid",
+            table = rel.qualified,
+            guards = elig.age_predicate(Guards::ALL),
+            fenced = fence.tripped(),
+            cols = column_list(&rel),
+        );
+        let gone = render_at(&rel, sql, &ctids, true)?;
+        if !gone.ends.is_empty() || attempt >= 5 || !fence.tripped_now()? {
+            break (gone, holds);
+        }
+    };
+    let deleted = gone.ends.len() as i64;
+    let mut found = gone;
+    if deleted < b.rows {
+        // Our own deletes are invisible to us now: this finds the rows kept.
+        found.append(render_batch(&rel, &ctids)?);
+    }
+    let (digest, n, nbytes) = in_claim_order(&b, &rel, &keys, &ctids, found)?.summary();
     let mismatch = |reason: String| {
         Err(RetentionError::ArchiveMismatch {
             batch: b.id.clone(),
@@ -605,31 +643,6 @@ pub fn complete(
     if digest != blake3 {
         return mismatch(format!("the rows now hash to {digest}, the archive to {blake3}: rows changed since they were archived"));
     }
-    // Delete exactly the batch's keys that are still eligible and that no hold and no reference
-    // keeps, with the same hold fence as the sweep: a hold placed while we work makes us read
-    // the holds again.
-    let mut attempt = 0;
-    let (deleted, holds) = loop {
-        attempt += 1;
-        let (fence, holds) = HoldFence::read(rel.oid)?;
-        let elig = Eligibility::new(&policy, &rel, &holds)?;
-        let guard = elig.age_predicate(Guards::ALL);
-        let (deleted, fenced) = Spi::get_two_with_args::<i64, bool>(
-            &format!(
-                "WITH d AS (DELETE FROM ONLY {table} t
-                             WHERE t.ctid = ANY ($1::text[]::tid[]) AND {guards}
-                               AND NOT {fenced} RETURNING 1)
-                 SELECT (SELECT count(*) FROM d), {fenced}",
-                fenced = fence.tripped(),
-                table = rel.qualified,
-                guards = guard,
-            ),
-            &[ctids.clone().into()],
-        )?;
-        if fenced != Some(true) || attempt >= 5 {
-            break (deleted.unwrap_or(0), holds);
-        }
-    };
     let kept = b.rows - deleted;
     let archive_id = Spi::get_one_with_args::<i64>(
         "INSERT INTO retention.archive_records (batch, policy, policy_version, relation, object_key, blake3, rows, bytes, deleted)

@@ -4,14 +4,15 @@
 //! IntervalStyle, extra_float_digits and bytea_output so the same rows render to the same bytes
 //! in any session.
 
-use crate::catalog::RelationInfo;
+use crate::catalog::{prepared, RelationInfo};
 use crate::error::{Result, RetentionError};
 use crate::sql_text::ident;
 use pg_retention_format::append_frame;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::PgMemoryContexts;
+use pgrx::spi::OwnedPreparedStatement;
+use pgrx::{PgMemoryContexts, PgOid};
 use std::collections::HashMap;
 use std::ffi::CStr;
 
@@ -52,19 +53,30 @@ pub struct Extremes {
     pub max: Option<String>,
 }
 
+/// A statement whose rows are rendered: SQL text run once, or a plan kept between calls.
+pub enum Statement<'a> {
+    /// Planned for this one run.
+    Text(&'a str),
+    /// Prepared before (see [`prepared::for_text`]).
+    Plan(&'a OwnedPreparedStatement),
+}
+
 /// Runs `sql` and calls `each` once per result row with its first `render` columns rendered to
 /// their text output (None for NULL; later columns are None). The strings live in a memory
 /// context reset after each row, so a batch costs one row's worth of rendered text at a time.
 /// With `extremes`, also returns the least and greatest value of that column.
 fn for_each_rendered(
-    sql: &str,
+    sql: Statement<'_>,
     args: &[DatumWithOid<'_>],
     render: usize,
     extremes: Option<usize>,
     mut each: impl FnMut(&[Option<&str>]) -> Result<()>,
 ) -> Result<Extremes> {
     Spi::connect_mut(|client| {
-        let table = client.update(sql, None, args)?;
+        let table = match sql {
+            Statement::Text(text) => client.update(text, None, args)?,
+            Statement::Plan(plan) => client.update(plan, None, args)?,
+        };
         let n = table.len();
         if n == 0 {
             return Ok(Extremes::default());
@@ -223,6 +235,15 @@ impl Rendered {
         Some(out)
     }
 
+    /// Appends the rows of `other` after these.
+    pub fn append(&mut self, other: Rendered) {
+        let base = self.slice.len();
+        self.slice.extend_from_slice(&other.slice);
+        self.ends.extend(other.ends.iter().map(|end| base + end));
+        self.keys.extend(other.keys);
+        self.extra.extend(other.extra);
+    }
+
     /// The frames one by one.
     pub fn frames(&self) -> impl Iterator<Item = &[u8]> {
         let mut start = 0;
@@ -249,7 +270,7 @@ pub struct RowLayout {
 
 /// Renders the rows of `sql`: each row's key (and with `frames` its frame) and its extra column.
 pub fn render_rows(
-    sql: &str,
+    sql: Statement<'_>,
     args: &[DatumWithOid<'_>],
     layout: &RowLayout,
 ) -> Result<(Rendered, Extremes)> {
@@ -276,7 +297,11 @@ pub fn render_rows(
 
 /// Renders the rows of `sql` (every column of `rel` in attribute order, then optionally one
 /// extra column) into frames.
-fn render_frames(rel: &RelationInfo, sql: &str, args: &[DatumWithOid<'_>]) -> Result<Rendered> {
+fn render_frames(
+    rel: &RelationInfo,
+    sql: Statement<'_>,
+    args: &[DatumWithOid<'_>],
+) -> Result<Rendered> {
     let layout = RowLayout {
         width: rel.columns.len(),
         key_at: pk_positions(rel)?,
@@ -335,16 +360,32 @@ pub fn key_compare(rel: &RelationInfo, op: &str, key: &str) -> Result<String> {
 }
 
 /// Renders the rows at `ctids` (in the scan's order; see [`Rendered::reordered`]), each with
-/// its current `ctid` (in `extra`); `lock` takes row locks. A TID scan: one heap fetch per row,
-/// no index probe and no sort.
-pub fn render_batch(rel: &RelationInfo, ctids: &[Option<String>], lock: bool) -> Result<Rendered> {
+/// its current `ctid` (in `extra`). A TID scan: one heap fetch per row, no index probe and no
+/// sort.
+pub fn render_batch(rel: &RelationInfo, ctids: &[Option<String>]) -> Result<Rendered> {
     let sql = format!(
-        "SELECT {cols}, t.ctid FROM ONLY {table} t WHERE t.ctid = ANY ($1::text[]::tid[]) {lock}",
+        "SELECT {cols}, t.ctid FROM ONLY {table} t WHERE t.ctid = ANY ($1::text[]::tid[])",
         cols = column_list(rel),
         table = rel.qualified,
-        lock = if lock { "FOR UPDATE OF t" } else { "" },
     );
-    render_frames(rel, &sql, &[ctids.to_vec().into()])
+    render_at(rel, sql, ctids, false)
+}
+
+/// Renders the rows of `sql`, a statement built at run time over the tids `$1` (a text[]) that
+/// returns a table's columns and a ctid, through a plan kept for its text; `mutating` for one
+/// that writes.
+pub fn render_at(
+    rel: &RelationInfo,
+    sql: String,
+    ctids: &[Option<String>],
+    mutating: bool,
+) -> Result<Rendered> {
+    let plan = prepared::for_text(
+        sql,
+        &[PgOid::BuiltIn(pg_sys::BuiltinOid::TEXTARRAYOID)],
+        mutating,
+    )?;
+    render_frames(rel, Statement::Plan(&plan), &[ctids.to_vec().into()])
 }
 
 /// Frames of up to `limit` rows of the table matching `condition` (over alias `t`).
@@ -354,5 +395,5 @@ pub fn sample_frames(rel: &RelationInfo, condition: &str, limit: i64) -> Result<
         cols = column_list(rel),
         table = rel.qualified,
     );
-    render_frames(rel, &sql, &[])
+    render_frames(rel, Statement::Text(&sql), &[])
 }

@@ -13,12 +13,9 @@ use crate::engine::run_context::{self, RunContext};
 use crate::error::{Result, RetentionError};
 use crate::sql_text::{ident, parse_tid, tid};
 use pgrx::prelude::*;
-use pgrx::spi::OwnedPreparedStatement;
 use pgrx::PgOid;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::cell::RefCell;
-use std::rc::Rc;
 
 /// Highest block number a tid can have; used as "end of table".
 const END_BLOCK: u64 = u32::MAX as u64;
@@ -335,29 +332,6 @@ fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
 /// The cutoff parameter of both age batch statements (block range and index).
 const CUTOFF_PARAM: &str = "$1";
 
-thread_local! {
-    /// The age batch statement of the run in progress: its text and its plan.
-    static AGE_DELETE: RefCell<Option<(String, Rc<OwnedPreparedStatement>)>> =
-        const { RefCell::new(None) };
-}
-
-/// The plan of the age batch statement `sql`, prepared once for as long as its text (policy,
-/// table, holds, fence) stays the same.
-fn age_delete_plan(sql: String, types: &[PgOid]) -> Result<Rc<OwnedPreparedStatement>> {
-    let cached = AGE_DELETE.with(|c| {
-        c.borrow()
-            .as_ref()
-            .filter(|(text, _)| *text == sql)
-            .map(|(_, plan)| Rc::clone(plan))
-    });
-    if let Some(plan) = cached {
-        return Ok(plan);
-    }
-    let plan = Rc::new(prepared::prepare(&sql, types, true)?);
-    AGE_DELETE.with(|c| *c.borrow_mut() = Some((sql, Rc::clone(&plan))));
-    Ok(plan)
-}
-
 /// One batch of an `age` policy through an index on the age column: one DELETE of the eligible
 /// rows aged from `from` up to (not including) the age of the first eligible row past the
 /// batch's `n`, looked up once by the same statement (an index scan of `n + 1` entries, under
@@ -394,9 +368,10 @@ fn age_index_step(
         fence = fence.tripped(),
     );
     use pgrx::pg_sys::BuiltinOid::{INT8OID, TEXTOID, TIMESTAMPTZOID};
-    let plan = age_delete_plan(
+    let plan = prepared::for_text(
         sql,
         &[TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID].map(PgOid::BuiltIn),
+        true,
     )?;
     let token = quota::next_token();
     let cutoff = elig.policy_cutoff()?;
@@ -463,7 +438,7 @@ fn run_age_batch(
     );
     use pgrx::pg_sys::BuiltinOid::{INT8OID, TIDOID, TIMESTAMPTZOID};
     let types = [TIMESTAMPTZOID, TIDOID, TIDOID, INT8OID, INT8OID].map(PgOid::BuiltIn);
-    let plan = age_delete_plan(sql, &types)?;
+    let plan = prepared::for_text(sql, &types, true)?;
     let token = quota::next_token();
     let cutoff = elig.policy_cutoff()?;
     let deleted = prepared::run(
