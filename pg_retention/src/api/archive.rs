@@ -67,7 +67,9 @@ fn _release_batch(batch: &str, reason: &str) -> pgrx::JsonB {
     outcome(batch::release(batch, reason))
 }
 
-/// Verifies and prunes a batch; `{"ok": rows deleted}`.
+/// Verifies and prunes a batch; `{"ok": rows deleted}`. It deletes before it verifies: an
+/// error comes back as a value, and only `retention._result` raising it (what
+/// `retention.complete_batch` does, in the same statement) rolls the deletes back.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, public, pg_temp)]
 fn _complete_batch(
