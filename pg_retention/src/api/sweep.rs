@@ -33,21 +33,11 @@ fn _sweep_start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> pg
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, public, pg_temp)]
 fn _sweep_batch(state: pgrx::JsonB) -> pgrx::JsonB {
-    unflushed_commit()
+    prepared::commit_unflushed()
         .and_then(|()| decode(state))
         .and_then(sweep::batch)
         .and_then(encode)
         .or_report()
-}
-
-fn unflushed_commit() -> Result<()> {
-    let plan = prepared::cached(
-        "SELECT pg_catalog.set_config('synchronous_commit', 'off', true)",
-        &[],
-        false,
-    )?;
-    prepared::run(&plan, &[])?;
-    Ok(())
 }
 
 /// Records that a batch raised an error and ends the run.

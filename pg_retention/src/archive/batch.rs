@@ -1,11 +1,11 @@
 //! The archive protocol: claim → frames/manifest → complete (or release / lease expiry).
 
 use super::render::{
-    column_list, key_compare, pk_order, pk_positions, render_at, render_batch, render_rows,
-    Extremes, Rendered, RowLayout, Statement,
+    column_list, key_compare, pk_order, pk_positions, place_of, render_at, render_batch,
+    render_rows, tids, Extremes, Place, Rendered, RowLayout, Statement,
 };
 use crate::catalog::{
-    active_holds, caller, optional_one, query_json, HoldFence, Kind, LedgerEntry, Policy,
+    active_holds, caller, optional_one, prepared, query_json, HoldFence, Kind, LedgerEntry, Policy,
     RelationInfo,
 };
 use crate::engine::eligible::{Eligibility, Guards};
@@ -16,7 +16,7 @@ use pgrx::prelude::*;
 use serde::Deserialize;
 use serde_json::json;
 
-/// Text values as SQL `text[]` gives them (keys, ctids).
+/// Text values as SQL `text[]` gives them (keys).
 type Texts = Vec<Option<String>>;
 
 /// A row of `retention.batches`.
@@ -154,6 +154,11 @@ pub fn claim_with_slice(
     owner: Option<&str>,
     resume: bool,
 ) -> Result<Option<(String, Vec<u8>)>> {
+    // The claim commits without waiting for its WAL to reach disk (the wait was a tenth of an
+    // archiver's batch). A claim lost to a crash loses nothing but the claim: no row was
+    // touched, and objects written for it are never pruned against (its batch id is gone). The
+    // batch's prune commits with the session's own setting, which flushes the claim too.
+    prepared::commit_unflushed()?;
     match claim_rendering(name, max_rows, lease, owner, resume, true)? {
         None => Ok(None),
         Some((batch, Some(slice))) => Ok(Some((batch, slice))),
@@ -250,11 +255,11 @@ fn claim_rendering(
     )?
     .ok_or_else(|| RetentionError::Internal("batch insert returned nothing".into()))?;
     Spi::run_with_args(
-        "INSERT INTO retention.batch_keys (batch_id, keys, ctids) VALUES ($1::uuid, $2, $3::text[]::tid[])",
+        "INSERT INTO retention.batch_keys (batch_id, keys, ctids) VALUES ($1::uuid, $2, $3)",
         &[
             batch.as_str().into(),
             claimed.keys.into(),
-            claimed.extra.into(),
+            tids(&claimed.places).into(),
         ],
     )?;
     LedgerEntry {
@@ -307,8 +312,8 @@ fn key_literal(key: &[Option<String>]) -> String {
 }
 
 /// Locks and renders the keys of up to `max_rows` eligible rows after `after` (in key order)
-/// outside the live batches' ranges, with `render` their frames too; the rows' claim-time ctids
-/// are the extra column, and the extremes are those of the age column. Rows another
+/// outside the live batches' ranges, with `render` their frames too, and the rows' claim-time
+/// places; the extremes are those of the age column. Rows another
 /// transaction holds locked (a concurrent claim) are skipped.
 fn claim_keys(
     policy: &Policy,
@@ -381,19 +386,26 @@ fn claim_keys(
 }
 
 /// The frozen key set of a live batch and where its rows were when claimed.
-fn batch_keys(id: &str) -> Result<(Texts, Texts)> {
-    Ok(Spi::connect(|client| {
+fn batch_keys(id: &str) -> Result<(Texts, Vec<Place>)> {
+    type Tids = Vec<Option<pg_sys::ItemPointerData>>;
+    let (keys, ctids) = Spi::connect(|client| {
         let table = client.select(
-            "SELECT keys, ctids::text[] FROM retention.batch_keys WHERE batch_id = $1::uuid",
+            "SELECT keys, ctids FROM retention.batch_keys WHERE batch_id = $1::uuid",
             Some(1),
             &[id.into()],
         )?;
         if table.is_empty() {
             return Ok::<_, pgrx::spi::SpiError>((vec![], vec![]));
         }
-        let (keys, ctids) = table.first().get_two::<Texts, Texts>()?;
+        let (keys, ctids) = table.first().get_two::<Texts, Tids>()?;
         Ok((keys.unwrap_or_default(), ctids.unwrap_or_default()))
-    })?)
+    })?;
+    let places = ctids
+        .into_iter()
+        .map(|t| t.map(place_of))
+        .collect::<Option<Vec<Place>>>()
+        .ok_or_else(|| RetentionError::Internal(format!("batch {id} has a NULL ctid")))?;
+    Ok((keys, places))
 }
 
 /// The batch's rows as they are now, rendered in key order, each with its ctid.
@@ -410,7 +422,7 @@ fn in_claim_order(
     b: &Batch,
     rel: &RelationInfo,
     keys: &[Option<String>],
-    ctids: &[Option<String>],
+    ctids: &[Place],
     found: Rendered,
 ) -> Result<Rendered> {
     let mismatch = |reason: String| RetentionError::ArchiveMismatch {
@@ -419,7 +431,7 @@ fn in_claim_order(
     };
     // Rows come in the scan's order; the slice is in key order, which is the claim's order.
     let rendered = found.reordered(ctids, rel.pk.len()).ok_or_else(|| {
-        let present: std::collections::HashSet<&Option<String>> = found.extra.iter().collect();
+        let present: std::collections::HashSet<&Place> = found.places.iter().collect();
         let gone = ctids.iter().filter(|c| !present.contains(c)).count();
         mismatch(format!(
             "{gone} of its {} rows changed, moved or vanished since the claim",
@@ -605,7 +617,7 @@ pub fn complete(
         let elig = Eligibility::new(&policy, &rel, &holds)?;
         let sql = format!(
             "DELETE FROM ONLY {table} t
-              WHERE t.ctid = ANY ($1::text[]::tid[]) AND {guards} AND NOT {fenced}
+              WHERE t.ctid = ANY ($1) AND {guards} AND NOT {fenced}
           RETURNING {cols}, t.ctid",
             table = rel.qualified,
             guards = elig.age_predicate(Guards::ALL),

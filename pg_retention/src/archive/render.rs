@@ -53,6 +53,23 @@ pub struct Extremes {
     pub max: Option<String>,
 }
 
+/// Where a row is in its table (its ctid), as one number: block << 16 | offset. Kept as a
+/// number, not as the tid's text, from the claim to the prune.
+pub type Place = u64;
+
+/// The place of a tid.
+pub fn place_of(tid: pg_sys::ItemPointerData) -> Place {
+    let (block, offset) = pgrx::itemptr::item_pointer_get_both(tid);
+    (u64::from(block) << 16) | u64::from(offset)
+}
+
+/// The tid of a place.
+pub fn tid_of(place: Place) -> pg_sys::ItemPointerData {
+    let mut tid = pg_sys::ItemPointerData::default();
+    pgrx::itemptr::item_pointer_set_all(&mut tid, (place >> 16) as u32, (place & 0xffff) as u16);
+    tid
+}
+
 /// A statement whose rows are rendered: SQL text run once, or a plan kept between calls.
 pub enum Statement<'a> {
     /// Planned for this one run.
@@ -62,15 +79,16 @@ pub enum Statement<'a> {
 }
 
 /// Runs `sql` and calls `each` once per result row with its first `render` columns rendered to
-/// their text output (None for NULL; later columns are None). The strings live in a memory
-/// context reset after each row, so a batch costs one row's worth of rendered text at a time.
-/// With `extremes`, also returns the least and greatest value of that column.
+/// their text output (None for NULL; later columns are None) and, when the column after them
+/// is a tid, that tid as a [`Place`]. The strings live in a memory context reset after each
+/// row, so a batch costs one row's worth of rendered text at a time. With `extremes`, also
+/// returns the least and greatest value of that column.
 fn for_each_rendered(
     sql: Statement<'_>,
     args: &[DatumWithOid<'_>],
     render: usize,
     extremes: Option<usize>,
-    mut each: impl FnMut(&[Option<&str>]) -> Result<()>,
+    mut each: impl FnMut(&[Option<&str>], Option<Place>) -> Result<()>,
 ) -> Result<Extremes> {
     Spi::connect_mut(|client| {
         let table = match sql {
@@ -83,8 +101,9 @@ fn for_each_rendered(
         }
         // SAFETY: SPI_tuptable is the result of the statement just run and stays valid until the
         // next SPI call, which nothing below makes; each tuple is deformed against its own
-        // descriptor, every datum goes to the output function of its column's type, and the
-        // extremes are datums of those tuples, compared with their type's comparison function.
+        // descriptor, every datum goes to the output function of its column's type, the column
+        // after the rendered ones is read as a tid only when it is one, and the extremes are
+        // datums of those tuples, compared with their type's comparison function.
         unsafe {
             let tt = pg_sys::SPI_tuptable;
             let tupdesc = (*tt).tupdesc;
@@ -93,6 +112,9 @@ fn for_each_rendered(
             let mut fns: Vec<OutputFn> = (1..=natts)
                 .map(|i| OutputFn::new(pg_sys::SPI_gettypeid(tupdesc, i as i32)))
                 .collect();
+            let place_at = (render < natts
+                && pg_sys::SPI_gettypeid(tupdesc, render as i32 + 1) == pg_sys::TIDOID)
+                .then_some(render);
             let mut order = match extremes {
                 Some(c) if c < natts => Some(Order::new(tupdesc, c)?),
                 _ => None,
@@ -106,6 +128,9 @@ fn for_each_rendered(
                 if let Some(o) = order.as_mut() {
                     o.see(values[o.col], nulls[o.col]);
                 }
+                let place = place_at
+                    .filter(|&c| !nulls[c])
+                    .map(|c| place_of(*values[c].cast_mut_ptr::<pg_sys::ItemPointerData>()));
                 let result = scratch.switch_to(|_| {
                     let mut texts: Vec<Option<&str>> = vec![None; natts];
                     for (i, f) in fns.iter_mut().enumerate().take(render) {
@@ -113,7 +138,7 @@ fn for_each_rendered(
                             texts[i] = Some(f.text(values[i])?);
                         }
                     }
-                    each(&texts)
+                    each(&texts, place)
                 });
                 scratch.reset();
                 result?;
@@ -185,7 +210,7 @@ impl Order {
 }
 
 /// A statement's rows rendered: their keys, their frames back to back (the slice they make;
-/// empty when only keys were rendered) and their extra column.
+/// empty when only keys were rendered) and their places.
 #[derive(Default)]
 pub struct Rendered {
     /// The frames, concatenated.
@@ -194,8 +219,9 @@ pub struct Rendered {
     pub ends: Vec<usize>,
     /// The rows' keys one after another (primary-key arity values each), in row order.
     pub keys: Vec<Option<String>>,
-    /// Each row's column after the rendered ones (its ctid), when the statement has one.
-    pub extra: Vec<Option<String>>,
+    /// Each row's place (its ctid, the statement's column after the rendered ones), when the
+    /// statement has one.
+    pub places: Vec<Place>,
 }
 
 impl Rendered {
@@ -204,17 +230,17 @@ impl Rendered {
         pg_retention_format::summarize_slice(&self.slice, self.ends.len() as u64)
     }
 
-    /// The same rows in the order of `ctids`, each found by its ctid (the statement's extra
-    /// column); None unless the rows are exactly those at `ctids`.
-    pub fn reordered(&self, ctids: &[Option<String>], arity: usize) -> Option<Rendered> {
-        if self.ends.len() != ctids.len() || self.extra.len() != ctids.len() {
+    /// The same rows in the order of `places`, each found by its place; None unless the rows
+    /// are exactly those at `places`.
+    pub fn reordered(&self, places: &[Place], arity: usize) -> Option<Rendered> {
+        if self.ends.len() != places.len() || self.places.len() != places.len() {
             return None;
         }
-        let at: HashMap<&str, usize> = self
-            .extra
+        let at: HashMap<Place, usize> = self
+            .places
             .iter()
             .enumerate()
-            .filter_map(|(i, c)| c.as_deref().map(|c| (c, i)))
+            .map(|(i, &p)| (p, i))
             .collect();
         let starts: Vec<usize> = std::iter::once(0)
             .chain(self.ends.iter().copied())
@@ -223,14 +249,14 @@ impl Rendered {
             slice: Vec::with_capacity(self.slice.len()),
             ..Rendered::default()
         };
-        for ctid in ctids {
-            let i = *at.get(ctid.as_deref()?)?;
+        for &place in places {
+            let i = *at.get(&place)?;
             out.slice
                 .extend_from_slice(&self.slice[starts[i]..self.ends[i]]);
             out.ends.push(out.slice.len());
             out.keys
                 .extend_from_slice(self.keys.get(i * arity..(i + 1) * arity)?);
-            out.extra.push(ctid.clone());
+            out.places.push(place);
         }
         Some(out)
     }
@@ -241,7 +267,7 @@ impl Rendered {
         self.slice.extend_from_slice(&other.slice);
         self.ends.extend(other.ends.iter().map(|end| base + end));
         self.keys.extend(other.keys);
-        self.extra.extend(other.extra);
+        self.places.extend(other.places);
     }
 
     /// The frames one by one.
@@ -256,9 +282,9 @@ impl Rendered {
 }
 
 /// Where things are in the rows of a statement rendered by [`render_rows`]: `width` columns,
-/// then one extra column (a ctid) when the statement has it.
+/// then a ctid when the statement has one.
 pub struct RowLayout {
-    /// Columns before the extra one.
+    /// Columns before the ctid.
     pub width: usize,
     /// Positions of the primary-key columns among them.
     pub key_at: Vec<usize>,
@@ -268,7 +294,7 @@ pub struct RowLayout {
     pub extremes: Option<usize>,
 }
 
-/// Renders the rows of `sql`: each row's key (and with `frames` its frame) and its extra column.
+/// Renders the rows of `sql`: each row's key (and with `frames` its frame) and its place.
 pub fn render_rows(
     sql: Statement<'_>,
     args: &[DatumWithOid<'_>],
@@ -276,7 +302,7 @@ pub fn render_rows(
 ) -> Result<(Rendered, Extremes)> {
     let width = layout.width;
     let mut out = Rendered::default();
-    let extremes = for_each_rendered(sql, args, width + 1, layout.extremes, |values| {
+    let extremes = for_each_rendered(sql, args, width, layout.extremes, |values, place| {
         let columns = values.get(..width).ok_or_else(|| {
             RetentionError::Internal(format!("expected {width} columns, got {}", values.len()))
         })?;
@@ -287,16 +313,14 @@ pub fn render_rows(
                 .map_err(|e| RetentionError::Internal(e.to_string()))?;
             out.ends.push(out.slice.len());
         }
-        if let Some(extra) = values.get(width) {
-            out.extra.push(extra.map(str::to_owned));
-        }
+        out.places.extend(place);
         Ok(())
     })?;
     Ok((out, extremes))
 }
 
-/// Renders the rows of `sql` (every column of `rel` in attribute order, then optionally one
-/// extra column) into frames.
+/// Renders the rows of `sql` (every column of `rel` in attribute order, then optionally a ctid)
+/// into frames.
 fn render_frames(
     rel: &RelationInfo,
     sql: Statement<'_>,
@@ -359,33 +383,37 @@ pub fn key_compare(rel: &RelationInfo, op: &str, key: &str) -> Result<String> {
     Ok(format!("({}) {op} ({})", left.join(", "), right.join(", ")))
 }
 
-/// Renders the rows at `ctids` (in the scan's order; see [`Rendered::reordered`]), each with
-/// its current `ctid` (in `extra`). A TID scan: one heap fetch per row, no index probe and no
-/// sort.
-pub fn render_batch(rel: &RelationInfo, ctids: &[Option<String>]) -> Result<Rendered> {
+/// Renders the rows at `places` (in the scan's order; see [`Rendered::reordered`]), each with
+/// its place. A TID scan: one heap fetch per row, no index probe and no sort.
+pub fn render_batch(rel: &RelationInfo, places: &[Place]) -> Result<Rendered> {
     let sql = format!(
-        "SELECT {cols}, t.ctid FROM ONLY {table} t WHERE t.ctid = ANY ($1::text[]::tid[])",
+        "SELECT {cols}, t.ctid FROM ONLY {table} t WHERE t.ctid = ANY ($1)",
         cols = column_list(rel),
         table = rel.qualified,
     );
-    render_at(rel, sql, ctids, false)
+    render_at(rel, sql, places, false)
 }
 
-/// Renders the rows of `sql`, a statement built at run time over the tids `$1` (a text[]) that
-/// returns a table's columns and a ctid, through a plan kept for its text; `mutating` for one
-/// that writes.
+/// Renders the rows of `sql`, a statement built at run time over the tids `$1` (a tid[], the
+/// `places`) that returns a table's columns and a ctid, through a plan kept for its text;
+/// `mutating` for one that writes.
 pub fn render_at(
     rel: &RelationInfo,
     sql: String,
-    ctids: &[Option<String>],
+    places: &[Place],
     mutating: bool,
 ) -> Result<Rendered> {
     let plan = prepared::for_text(
         sql,
-        &[PgOid::BuiltIn(pg_sys::BuiltinOid::TEXTARRAYOID)],
+        &[PgOid::BuiltIn(pg_sys::BuiltinOid::TIDARRAYOID)],
         mutating,
     )?;
-    render_frames(rel, Statement::Plan(&plan), &[ctids.to_vec().into()])
+    render_frames(rel, Statement::Plan(&plan), &[tids(places).into()])
+}
+
+/// The tids of `places`, for a tid[] parameter.
+pub fn tids(places: &[Place]) -> Vec<pg_sys::ItemPointerData> {
+    places.iter().map(|&p| tid_of(p)).collect()
 }
 
 /// Frames of up to `limit` rows of the table matching `condition` (over alias `t`).

@@ -71,6 +71,19 @@ pub fn for_text(sql: String, args: &[PgOid], mutating: bool) -> Result<Rc<OwnedP
     Ok(plan)
 }
 
+/// Makes the current transaction commit without waiting for its WAL to reach disk
+/// (`synchronous_commit = off` until it ends). For transactions whose loss in a crash loses
+/// nothing but work that is done again: see the callers.
+pub fn commit_unflushed() -> Result<()> {
+    let plan = cached(
+        "SELECT pg_catalog.set_config('synchronous_commit', 'off', true)",
+        &[],
+        false,
+    )?;
+    run(&plan, &[])?;
+    Ok(())
+}
+
 /// Runs a plan for its effect; returns the rows it processed.
 pub fn run(plan: &OwnedPreparedStatement, args: &[DatumWithOid<'_>]) -> Result<usize> {
     Ok(Spi::connect_mut(|client| {
