@@ -430,7 +430,7 @@ fn in_claim_order(
         reason,
     };
     // Rows come in the scan's order; the slice is in key order, which is the claim's order.
-    let rendered = found.reordered(ctids, rel.pk.len()).ok_or_else(|| {
+    let rendered = found.reordered(ctids, rel.pk.len()).map_err(|found| {
         let present: std::collections::HashSet<&Place> = found.places.iter().collect();
         let gone = ctids.iter().filter(|c| !present.contains(c)).count();
         mismatch(format!(

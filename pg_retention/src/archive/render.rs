@@ -230,9 +230,21 @@ impl Rendered {
         pg_retention_format::summarize_slice(&self.slice, self.ends.len() as u64)
     }
 
-    /// The same rows in the order of `places`, each found by its place; None unless the rows
-    /// are exactly those at `places`.
-    pub fn reordered(&self, places: &[Place], arity: usize) -> Option<Rendered> {
+    /// The same rows in the order of `places`, each found by its place; these rows back
+    /// unless they are exactly those at `places`.
+    pub fn reordered(
+        self,
+        places: &[Place],
+        arity: usize,
+    ) -> std::result::Result<Rendered, Rendered> {
+        if self.places == places && self.ends.len() == places.len() {
+            // Already in that order (a table whose key order is its storage order).
+            return Ok(self);
+        }
+        self.in_order_of(places, arity).ok_or(self)
+    }
+
+    fn in_order_of(&self, places: &[Place], arity: usize) -> Option<Rendered> {
         if self.ends.len() != places.len() || self.places.len() != places.len() {
             return None;
         }
