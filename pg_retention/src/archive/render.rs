@@ -385,14 +385,29 @@ pub fn pk_order(rel: &RelationInfo) -> String {
 /// its column type's input) as one row comparison: `>` is "after it" in the primary key's own
 /// order, which an index range scan can start from.
 pub fn key_compare(rel: &RelationInfo, op: &str, key: &str) -> Result<String> {
-    let mut left = Vec::new();
-    let mut right = Vec::new();
-    for (i, c) in rel.pk.iter().enumerate() {
-        let ty = &rel.column(c)?.type_name;
-        left.push(format!("t.{}", ident(c)));
-        right.push(format!("({key})[{}]::{ty}", i + 1));
-    }
-    Ok(format!("({}) {op} ({})", left.join(", "), right.join(", ")))
+    let left: Vec<String> = rel.pk.iter().map(|c| format!("t.{}", ident(c))).collect();
+    Ok(format!("({}) {op} {}", left.join(", "), key_row(rel, key)?))
+}
+
+/// Compares two text[] keys `left` and `right` as rows of the primary key's types.
+pub fn key_row_compare(rel: &RelationInfo, left: &str, op: &str, right: &str) -> Result<String> {
+    Ok(format!(
+        "{} {op} {}",
+        key_row(rel, left)?,
+        key_row(rel, right)?
+    ))
+}
+
+/// The text[] key `key` as a row of the primary key's types, each element back through its
+/// column type's input.
+fn key_row(rel: &RelationInfo, key: &str) -> Result<String> {
+    let items = rel
+        .pk
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Ok(format!("({key})[{}]::{}", i + 1, rel.column(c)?.type_name)))
+        .collect::<Result<Vec<String>>>()?;
+    Ok(format!("({})", items.join(", ")))
 }
 
 /// Renders the rows at `places` (in the scan's order; see [`Rendered::reordered`]), each with
