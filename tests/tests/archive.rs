@@ -333,6 +333,38 @@ fn a_hold_placed_after_the_claim_blocks_only_its_rows() {
     assert_eq!(scalar(&mut db, &format!("SELECT rows FROM retention.ledger WHERE method = 'hold_skip' AND {hold} = ANY (hold_ids)")), 2);
 }
 
+/// The prune deletes first and checks after, in one transaction: a changed row among the rows
+/// a hold keeps (rendered after the deletes) still refuses the batch, and the refusal undoes
+/// the deletes of the other rows.
+#[test]
+fn a_changed_row_among_the_held_ones_refuses_the_batch_and_deletes_nothing() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let batch = claim(&mut db, 10).unwrap();
+    let (_, digest, rows, bytes) = slice(&mut db, &batch);
+    scalar(
+        &mut db,
+        "SELECT retention.place_hold('audit', 'id IN (32, 37)', 'subpoena', 'legal')",
+    );
+    // A superuser bypasses the guard trigger.
+    db.batch_execute("SET session_replication_role = replica; UPDATE audit SET note = 'sneaky' WHERE id = 37; RESET session_replication_role").unwrap();
+    let err = complete(&mut db, &batch, &digest, rows, bytes).unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("RT502"), "{err}");
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), 100);
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.archives"),
+        0
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method IN ('prune', 'hold_skip')"
+        ),
+        0
+    );
+}
+
 /// Claims continue after the policy's last batch, and rows behind it (a released batch) are
 /// claimed once a claim from there finds nothing: every eligible row is claimed exactly once.
 #[test]
