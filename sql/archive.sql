@@ -24,6 +24,9 @@ CREATE TABLE retention.batches (
 );
 CREATE INDEX batches_live ON retention.batches (policy_id) WHERE state = 'claimed';
 CREATE INDEX batches_live_relation ON retention.batches (relation) WHERE state = 'claimed';
+-- Every claim reads its policy's latest batch (where the claim starts). Batches are never
+-- deleted, so without this the read scans all of them: 1.7 ms at 2,000 batches, and growing.
+CREATE INDEX batches_latest ON retention.batches (policy_id, claimed_at);
 
 -- The enumerated key set of each live batch: the text output of each primary-key column, key
 -- after key in key order, in one array (one row per batch, not per key: claims and prunes
