@@ -633,7 +633,7 @@ pub fn complete(
             fenced = fence.tripped(),
             cols = column_list(&rel),
         );
-        let gone = render_at(&rel, sql, &ctids, true)?;
+        let gone = render_at(&rel, &sql, &ctids, true)?;
         if !gone.ends.is_empty() || attempt >= 5 || !fence.tripped_now()? {
             break (gone, holds);
         }

@@ -74,7 +74,7 @@ pub fn tid_of(place: Place) -> pg_sys::ItemPointerData {
 pub enum Statement<'a> {
     /// Planned for this one run.
     Text(&'a str),
-    /// Prepared before (see [`prepared::for_text`]).
+    /// Prepared before (see [`prepared::cached`]).
     Plan(&'a OwnedPreparedStatement),
 }
 
@@ -418,7 +418,7 @@ pub fn render_batch(rel: &RelationInfo, places: &[Place]) -> Result<Rendered> {
         cols = column_list(rel),
         table = rel.qualified,
     );
-    render_at(rel, sql, places, false)
+    render_at(rel, &sql, places, false)
 }
 
 /// Renders the rows of `sql`, a statement built at run time over the tids `$1` (a tid[], the
@@ -426,11 +426,11 @@ pub fn render_batch(rel: &RelationInfo, places: &[Place]) -> Result<Rendered> {
 /// `mutating` for one that writes.
 pub fn render_at(
     rel: &RelationInfo,
-    sql: String,
+    sql: &str,
     places: &[Place],
     mutating: bool,
 ) -> Result<Rendered> {
-    let plan = prepared::for_text(
+    let plan = prepared::cached(
         sql,
         &[PgOid::BuiltIn(pg_sys::BuiltinOid::TIDARRAYOID)],
         mutating,

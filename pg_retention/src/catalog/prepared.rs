@@ -1,4 +1,5 @@
-//! Statements a backend runs for every sweep batch, parsed and planned once.
+//! Statements a backend runs for every batch (sweeps, archive claims and prunes), parsed and
+//! planned once per text.
 //!
 //! Planning a catalog query costs more than running it (the per-run fingerprint took 0.35 ms a
 //! batch, nearly all of it planning). Plans kept here live in Postgres's plan cache, which
@@ -14,17 +15,15 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 thread_local! {
-    static PLANS: RefCell<HashMap<&'static str, Rc<OwnedPreparedStatement>>> =
-        RefCell::new(HashMap::new());
-    /// Plans of statements built at run time (they name a table, its predicates, the holds in
-    /// force), by their text.
-    static BUILT: RefCell<HashMap<String, Rc<OwnedPreparedStatement>>> =
+    /// Plans by statement text: constant statements, and statements built at run time (they
+    /// name a table, its predicates, the holds in force).
+    static PLANS: RefCell<HashMap<String, Rc<OwnedPreparedStatement>>> =
         RefCell::new(HashMap::new());
 }
 
-/// Most built statements [`for_text`] keeps; past it, it starts over (a change of holds or
-/// policies makes new texts, and the old ones are not run again).
-const MAX_BUILT: usize = 32;
+/// Most plans [`cached`] keeps; past it, it starts over (a change of holds or policies makes
+/// new texts, and the old ones are not run again; the constant ones are prepared again).
+const MAX_PLANS: usize = 64;
 
 /// A statement prepared from `sql` (argument types `args`); `mutating` for one that writes.
 pub fn prepare(sql: &str, args: &[PgOid], mutating: bool) -> Result<OwnedPreparedStatement> {
@@ -38,35 +37,21 @@ pub fn prepare(sql: &str, args: &[PgOid], mutating: bool) -> Result<OwnedPrepare
     })?)
 }
 
-/// The backend's plan of the constant statement `sql`, prepared on first use.
-pub fn cached(
-    sql: &'static str,
-    args: &[PgOid],
-    mutating: bool,
-) -> Result<Rc<OwnedPreparedStatement>> {
+/// The backend's plan of the statement `sql`, prepared on first use and kept while its text
+/// stays the same. After a few runs Postgres settles on a generic plan, which is also what
+/// makes a statement with a large array parameter cheap: a custom plan estimates the
+/// selectivity of every element (2 ms for 10,000 tids).
+pub fn cached(sql: &str, args: &[PgOid], mutating: bool) -> Result<Rc<OwnedPreparedStatement>> {
     if let Some(plan) = PLANS.with(|p| p.borrow().get(sql).cloned()) {
         return Ok(plan);
     }
     let plan = Rc::new(prepare(sql, args, mutating)?);
-    PLANS.with(|p| p.borrow_mut().insert(sql, Rc::clone(&plan)));
-    Ok(plan)
-}
-
-/// The backend's plan of the statement `sql` built at run time, prepared on first use and
-/// kept while its text stays the same. After a few runs Postgres settles on a generic plan,
-/// which is what makes a statement with a large array parameter cheap: a custom plan estimates
-/// the selectivity of every element (2 ms for 10,000 tids).
-pub fn for_text(sql: String, args: &[PgOid], mutating: bool) -> Result<Rc<OwnedPreparedStatement>> {
-    if let Some(plan) = BUILT.with(|p| p.borrow().get(&sql).cloned()) {
-        return Ok(plan);
-    }
-    let plan = Rc::new(prepare(&sql, args, mutating)?);
-    BUILT.with(|p| {
-        let mut built = p.borrow_mut();
-        if built.len() >= MAX_BUILT {
-            built.clear();
+    PLANS.with(|p| {
+        let mut plans = p.borrow_mut();
+        if plans.len() >= MAX_PLANS {
+            plans.clear();
         }
-        built.insert(sql, Rc::clone(&plan));
+        plans.insert(sql.to_owned(), Rc::clone(&plan));
     });
     Ok(plan)
 }

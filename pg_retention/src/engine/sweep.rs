@@ -368,8 +368,8 @@ fn age_index_step(
         fence = fence.tripped(),
     );
     use pgrx::pg_sys::BuiltinOid::{INT8OID, TEXTOID, TIMESTAMPTZOID};
-    let plan = prepared::for_text(
-        sql,
+    let plan = prepared::cached(
+        &sql,
         &[TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID].map(PgOid::BuiltIn),
         true,
     )?;
@@ -438,7 +438,7 @@ fn run_age_batch(
     );
     use pgrx::pg_sys::BuiltinOid::{INT8OID, TIDOID, TIMESTAMPTZOID};
     let types = [TIMESTAMPTZOID, TIDOID, TIDOID, INT8OID, INT8OID].map(PgOid::BuiltIn);
-    let plan = prepared::for_text(sql, &types, true)?;
+    let plan = prepared::cached(&sql, &types, true)?;
     let token = quota::next_token();
     let cutoff = elig.policy_cutoff()?;
     let deleted = prepared::run(
