@@ -13,6 +13,7 @@ mod error;
 mod guard;
 mod gucs;
 mod sql_text;
+mod tid;
 mod worker;
 
 ::pgrx::pg_module_magic!(name, version);

@@ -1,8 +1,8 @@
 //! The archive protocol: claim → frames/manifest → complete (or release / lease expiry).
 
 use super::render::{
-    column_list, key_compare, key_row_compare, pk_order, pk_positions, place_of, render_at,
-    render_batch, render_rows, tids, Extremes, Place, Rendered, RowLayout, Statement,
+    column_list, key_compare, key_row_compare, pk_order, pk_positions, render_at, render_batch,
+    render_rows, Extremes, Rendered, RowLayout, Statement,
 };
 use crate::catalog::{
     active_holds, caller, optional_one, prepared, query_json, HoldFence, Kind, LedgerEntry, Policy,
@@ -11,6 +11,7 @@ use crate::catalog::{
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::validate::interval_sign;
 use crate::error::{Result, RetentionError};
+use crate::tid::{self, Tid};
 use pg_retention_format::{ColumnSpec, Manifest, FORMAT_VERSION};
 use pgrx::prelude::*;
 use serde::Deserialize;
@@ -259,7 +260,7 @@ fn claim_rendering(
         &[
             batch.as_str().into(),
             claimed.keys.into(),
-            tids(&claimed.places).into(),
+            tid::pointers(&claimed.places).into(),
         ],
     )?;
     LedgerEntry {
@@ -395,7 +396,7 @@ fn claim_keys(
 }
 
 /// The frozen key set of a live batch and where its rows were when claimed.
-fn batch_keys(id: &str) -> Result<(Texts, Vec<Place>)> {
+fn batch_keys(id: &str) -> Result<(Texts, Vec<Tid>)> {
     type Tids = Vec<Option<pg_sys::ItemPointerData>>;
     let (keys, ctids) = Spi::connect(|client| {
         let table = client.select(
@@ -411,8 +412,8 @@ fn batch_keys(id: &str) -> Result<(Texts, Vec<Place>)> {
     })?;
     let places = ctids
         .into_iter()
-        .map(|t| t.map(place_of))
-        .collect::<Option<Vec<Place>>>()
+        .map(|t| t.map(tid::of))
+        .collect::<Option<Vec<Tid>>>()
         .ok_or_else(|| RetentionError::Internal(format!("batch {id} has a NULL ctid")))?;
     Ok((keys, places))
 }
@@ -431,7 +432,7 @@ fn in_claim_order(
     b: &Batch,
     rel: &RelationInfo,
     keys: &[Option<String>],
-    ctids: &[Place],
+    ctids: &[Tid],
     found: Rendered,
 ) -> Result<Rendered> {
     let mismatch = |reason: String| RetentionError::ArchiveMismatch {
@@ -440,7 +441,7 @@ fn in_claim_order(
     };
     // Rows come in the scan's order; the slice is in key order, which is the claim's order.
     let rendered = found.reordered(ctids, rel.pk.len()).map_err(|found| {
-        let present: std::collections::HashSet<&Place> = found.places.iter().collect();
+        let present: std::collections::HashSet<&Tid> = found.places.iter().collect();
         let gone = ctids.iter().filter(|c| !present.contains(c)).count();
         mismatch(format!(
             "{gone} of its {} rows changed, moved or vanished since the claim",

@@ -7,6 +7,7 @@
 use crate::catalog::{prepared, RelationInfo};
 use crate::error::{Result, RetentionError};
 use crate::sql_text::ident;
+use crate::tid::{self, Tid};
 use pg_retention_format::append_frame;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
@@ -53,23 +54,6 @@ pub struct Extremes {
     pub max: Option<String>,
 }
 
-/// Where a row is in its table (its ctid), as one number: block << 16 | offset. Kept as a
-/// number, not as the tid's text, from the claim to the prune.
-pub type Place = u64;
-
-/// The place of a tid.
-pub fn place_of(tid: pg_sys::ItemPointerData) -> Place {
-    let (block, offset) = pgrx::itemptr::item_pointer_get_both(tid);
-    (u64::from(block) << 16) | u64::from(offset)
-}
-
-/// The tid of a place.
-pub fn tid_of(place: Place) -> pg_sys::ItemPointerData {
-    let mut tid = pg_sys::ItemPointerData::default();
-    pgrx::itemptr::item_pointer_set_all(&mut tid, (place >> 16) as u32, (place & 0xffff) as u16);
-    tid
-}
-
 /// A statement whose rows are rendered: SQL text run once, or a plan kept between calls.
 pub enum Statement<'a> {
     /// Planned for this one run.
@@ -80,7 +64,7 @@ pub enum Statement<'a> {
 
 /// Runs `sql` and calls `each` once per result row with its first `render` columns rendered to
 /// their text output (None for NULL; later columns are None) and, when the column after them
-/// is a tid, that tid as a [`Place`]. The strings live in a memory context reset after each
+/// is a tid, that tid as a [`Tid`]. The strings live in a memory context reset after each
 /// row, so a batch costs one row's worth of rendered text at a time. With `extremes`, also
 /// returns the least and greatest value of that column.
 fn for_each_rendered(
@@ -88,7 +72,7 @@ fn for_each_rendered(
     args: &[DatumWithOid<'_>],
     render: usize,
     extremes: Option<usize>,
-    mut each: impl FnMut(&[Option<&str>], Option<Place>) -> Result<()>,
+    mut each: impl FnMut(&[Option<&str>], Option<Tid>) -> Result<()>,
 ) -> Result<Extremes> {
     Spi::connect_mut(|client| {
         let table = match sql {
@@ -130,7 +114,7 @@ fn for_each_rendered(
                 }
                 let place = place_at
                     .filter(|&c| !nulls[c])
-                    .map(|c| place_of(*values[c].cast_mut_ptr::<pg_sys::ItemPointerData>()));
+                    .map(|c| tid::of(*values[c].cast_mut_ptr::<pg_sys::ItemPointerData>()));
                 let result = scratch.switch_to(|_| {
                     let mut texts: Vec<Option<&str>> = vec![None; natts];
                     for (i, f) in fns.iter_mut().enumerate().take(render) {
@@ -221,7 +205,7 @@ pub struct Rendered {
     pub keys: Vec<Option<String>>,
     /// Each row's place (its ctid, the statement's column after the rendered ones), when the
     /// statement has one.
-    pub places: Vec<Place>,
+    pub places: Vec<Tid>,
 }
 
 impl Rendered {
@@ -234,7 +218,7 @@ impl Rendered {
     /// unless they are exactly those at `places`.
     pub fn reordered(
         self,
-        places: &[Place],
+        places: &[Tid],
         arity: usize,
     ) -> std::result::Result<Rendered, Rendered> {
         if self.places == places && self.ends.len() == places.len() {
@@ -244,11 +228,11 @@ impl Rendered {
         self.in_order_of(places, arity).ok_or(self)
     }
 
-    fn in_order_of(&self, places: &[Place], arity: usize) -> Option<Rendered> {
+    fn in_order_of(&self, places: &[Tid], arity: usize) -> Option<Rendered> {
         if self.ends.len() != places.len() || self.places.len() != places.len() {
             return None;
         }
-        let at: HashMap<Place, usize> = self
+        let at: HashMap<Tid, usize> = self
             .places
             .iter()
             .enumerate()
@@ -412,7 +396,7 @@ fn key_row(rel: &RelationInfo, key: &str) -> Result<String> {
 
 /// Renders the rows at `places` (in the scan's order; see [`Rendered::reordered`]), each with
 /// its place. A TID scan: one heap fetch per row, no index probe and no sort.
-pub fn render_batch(rel: &RelationInfo, places: &[Place]) -> Result<Rendered> {
+pub fn render_batch(rel: &RelationInfo, places: &[Tid]) -> Result<Rendered> {
     let sql = format!(
         "SELECT {cols}, t.ctid FROM ONLY {table} t WHERE t.ctid = ANY ($1)",
         cols = column_list(rel),
@@ -427,7 +411,7 @@ pub fn render_batch(rel: &RelationInfo, places: &[Place]) -> Result<Rendered> {
 pub fn render_at(
     rel: &RelationInfo,
     sql: &str,
-    places: &[Place],
+    places: &[Tid],
     mutating: bool,
 ) -> Result<Rendered> {
     let plan = prepared::cached(
@@ -435,12 +419,7 @@ pub fn render_at(
         &[PgOid::BuiltIn(pg_sys::BuiltinOid::TIDARRAYOID)],
         mutating,
     )?;
-    render_frames(rel, Statement::Plan(&plan), &[tids(places).into()])
-}
-
-/// The tids of `places`, for a tid[] parameter.
-pub fn tids(places: &[Place]) -> Vec<pg_sys::ItemPointerData> {
-    places.iter().map(|&p| tid_of(p)).collect()
+    render_frames(rel, Statement::Plan(&plan), &[tid::pointers(places).into()])
 }
 
 /// Frames of up to `limit` rows of the table matching `condition` (over alias `t`).

@@ -34,8 +34,7 @@ fn _batch_quota(limit: i64, token: i64, row: pg_sys::ItemPointerData) -> bool {
         let (t, used, last) = q.get();
         let (used, last) = if t == token { (used, last) } else { (0, None) };
         if used < limit {
-            let (block, offset) = pgrx::itemptr::item_pointer_get_both(row);
-            q.set((token, used + 1, Some((u64::from(block), u64::from(offset)))));
+            q.set((token, used + 1, Some(crate::tid::of(row))));
             true
         } else {
             q.set((token, used, last));

@@ -445,8 +445,8 @@ fn run_age_batch(
         &plan,
         &[
             cutoff.into(),
-            item_pointer(lo).into(),
-            item_pointer((hi_block, 0)).into(),
+            crate::tid::pointer(lo).into(),
+            crate::tid::pointer((hi_block, 0)).into(),
             n.into(),
             token.into(),
         ],
@@ -459,16 +459,6 @@ fn run_age_batch(
         last: quota::last(token),
         new_hold,
     })
-}
-
-fn item_pointer((block, item): (u64, u64)) -> pg_sys::ItemPointerData {
-    let mut tid = pg_sys::ItemPointerData::default();
-    pgrx::itemptr::item_pointer_set_all(
-        &mut tid,
-        block.min(u64::from(u32::MAX)) as u32,
-        item.min(u64::from(u16::MAX)) as u16,
-    );
-    tid
 }
 
 /// One batch of row-wise kinds: plan up to `n` eligible rows after the watermark in physical
