@@ -30,10 +30,10 @@ $fn$;
 
 -- Why a predicate is unacceptable for a table (NULL when it is fine). Parse and analysis
 -- errors are caught here, in a subtransaction, and returned as their message.
-CREATE FUNCTION retention._predicate_check(rel oid, predicate text) RETURNS text
-LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $fn$
+CREATE FUNCTION retention._predicate_check(rel oid, predicate text, author oid) RETURNS text
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
-    RETURN retention._predicate_problem(rel, predicate);
+    RETURN retention._predicate_problem(rel, predicate, author);
 EXCEPTION WHEN OTHERS THEN
     RETURN SQLERRM;
 END
@@ -55,7 +55,7 @@ CREATE FUNCTION retention.add_policy(
     batch_size int DEFAULT 5000,
     max_rows_per_run bigint DEFAULT 1000000
 ) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
         'name', name, 'relation', relation::oid::bigint, 'kind', kind, 'age_column', age_column,
         'older_than', older_than::text, 'scope', scope, 'terminal', terminal, 'group_by', group_by,
@@ -78,7 +78,7 @@ CREATE FUNCTION retention.alter_policy(
     batch_size int DEFAULT NULL,
     max_rows_per_run bigint DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
         'name', name, 'kind', kind, 'age_column', age_column, 'older_than', older_than::text,
         'scope', scope, 'terminal', terminal, 'group_by', group_by, 'order_by', order_by,
@@ -87,33 +87,33 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $
 $fn$;
 
 CREATE FUNCTION retention.enable_policy(name text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._set_policy_state(name, 'enable') $fn$;
 
 CREATE FUNCTION retention.disable_policy(name text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._set_policy_state(name, 'disable') $fn$;
 
 CREATE FUNCTION retention.drop_policy(name text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._set_policy_state(name, 'drop') $fn$;
 
 CREATE FUNCTION retention.link_windows(producer text, consumer text, margin interval) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._link_windows(producer, consumer, margin::text)) $fn$;
 
 CREATE FUNCTION retention.place_hold(relation regclass, predicate text, reason text, actor text)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._place_hold(relation::oid, predicate, reason, actor))::bigint $fn$;
 
 CREATE FUNCTION retention.lift_hold(hold_id bigint, actor text, reason text) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._lift_hold(hold_id, actor, reason)) $fn$;
 
 -- The oldest instant still inside a policy's window: replays from before it may find rows gone.
 CREATE FUNCTION retention.replay_floor(policy text) RETURNS timestamptz
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     w interval;
 BEGIN
@@ -133,7 +133,7 @@ $fn$;
 
 -- Refuses a replay from before the boundary with RT301, naming the boundary.
 CREATE FUNCTION retention.check_replay(policy text, from_ts timestamptz) RETURNS timestamptz
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     floor_ts timestamptz := retention.replay_floor(check_replay.policy);
 BEGIN
@@ -151,7 +151,7 @@ $fn$;
 -- Policies in the order a run takes them: enabled delete-action policies, children before
 -- parents (a table that references another is swept first), then by name.
 CREATE FUNCTION retention._run_order(policy text) RETURNS TABLE (id bigint, name text)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     WITH RECURSIVE pol AS (
         SELECT p.id, p.name, p.relation::oid AS rel FROM retention.policies p
          WHERE p.enabled AND p.action = 'delete' AND (_run_order.policy IS NULL OR p.name = _run_order.policy)
@@ -174,7 +174,7 @@ AS $fn$ SELECT (x'52544e00'::bigint << 32) | policy_id $fn$;
 
 -- One batch, with its error captured and ledgered instead of aborting the run.
 CREATE FUNCTION retention._sweep_batch_safe(state jsonb) RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     msg text;
     code text;
@@ -228,7 +228,7 @@ $fn$;
 
 -- Ledgers that a run skipped a policy because another pruner holds its lock.
 CREATE FUNCTION retention._ledger_skip_locked(policy_id bigint, actor text) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     INSERT INTO retention.ledger_entries (method, policy, policy_id, policy_version, relation, rows, actor, detail)
     SELECT 'skip_locked', p.name, p.id, p.version, p.relation::text, 0, _ledger_skip_locked.actor,
            jsonb_build_object('reason', 'another pruner holds the policy lock')
@@ -261,7 +261,7 @@ GRANT SELECT ON retention.workers TO retention_admin;
 
 -- Called by a worker when it starts: a previous worker that did not stop cleanly crashed.
 CREATE FUNCTION retention._worker_started(restarts bigint) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     prev retention.worker_state;
 BEGIN
@@ -285,7 +285,7 @@ $fn$;
 -- Records the worker's state: 'sweeping' with no policy starts a cycle, 'idle' after
 -- 'sweeping' ends one. next_wake_secs is how long it will sleep.
 CREATE FUNCTION retention._worker_set(state text, policy text, next_wake_secs float8) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     UPDATE retention.worker_state w SET
         last_cycle_start = CASE WHEN $1 = 'sweeping' AND $2 IS NULL THEN clock_timestamp() ELSE w.last_cycle_start END,
         last_cycle_end = CASE WHEN $1 IN ('idle', 'stopped') AND w.state = 'sweeping' THEN clock_timestamp() ELSE w.last_cycle_end END,
@@ -297,14 +297,14 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $
 $fn$;
 
 CREATE FUNCTION retention._worker_wake_pending() RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT coalesce(bool_or(w.wake_requested_at > coalesce(w.last_cycle_start, '-infinity')), false)
       FROM retention.worker_state w WHERE w.database = current_database();
 $fn$;
 
 -- The worker takes the same per-policy session lock as CALL retention.run().
 CREATE FUNCTION retention._worker_try_lock(policy_id bigint) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     IF pg_try_advisory_lock(retention._lock_key(policy_id)) THEN
         RETURN true;
@@ -315,12 +315,12 @@ END
 $fn$;
 
 CREATE FUNCTION retention._worker_unlock(policy_id bigint) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT pg_advisory_unlock(retention._lock_key(policy_id)) $fn$;
 
 -- Ledgers the policies a cycle did not reach because the cycle cap was hit.
 CREATE FUNCTION retention._worker_cycle_cap(cap bigint, skipped text[]) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     INSERT INTO retention.ledger_entries (method, policy, policy_id, policy_version, relation, actor, detail)
     SELECT 'cycle_cap', p.name, p.id, p.version, p.relation::text, 'worker',
            jsonb_build_object('warning', 'cycle cap reached before this policy ran', 'cap', $1)
@@ -330,7 +330,7 @@ $fn$;
 -- Start and finish of a run with errors ledgered instead of raised (the worker must not die
 -- on a bad policy). Start returns NULL when it failed.
 CREATE FUNCTION retention._sweep_start_safe(policy_id bigint, actor text, cycle_remaining bigint) RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     msg text;
     code text;
@@ -347,7 +347,7 @@ END
 $fn$;
 
 CREATE FUNCTION retention._sweep_finish_safe(state jsonb) RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     msg text;
 BEGIN
@@ -361,7 +361,7 @@ $fn$;
 
 -- Asks this database's worker to start a cycle now. Returns whether a running worker was woken.
 CREATE FUNCTION retention.wake() RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     worker_pid integer;
 BEGIN
@@ -380,7 +380,7 @@ $fn$;
 -- One row per live policy: healthy, and why not.
 CREATE FUNCTION retention.health()
 RETURNS TABLE (policy text, healthy boolean, reasons text[])
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp AS $fn$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     p record;
     r text[];
@@ -434,16 +434,15 @@ $fn$;
 -- ---- Archive-then-prune. ----
 
 -- Guard trigger of archive policies: refuses to update a row that is already archive-eligible.
--- TG_ARGV[0] is the policy, TG_ARGV[1] its eligibility over the row (alias t).
+-- TG_ARGV[0] is the policy id, TG_ARGV[1] its name. Eligibility is evaluated by
+-- retention._fixpoint_eligible with the privileges of the policy's owner, not of whoever
+-- updates the table.
 CREATE FUNCTION retention._fixpoint_guard() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, public, pg_temp AS $fn$
-DECLARE
-    eligible boolean;
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
-    EXECUTE format('SELECT coalesce((%s), false) FROM (SELECT ($1).*) t', TG_ARGV[1]) INTO eligible USING OLD;
-    IF eligible THEN
+    IF retention._fixpoint_eligible(TG_ARGV[0]::bigint, TG_RELID, OLD) THEN
         RAISE EXCEPTION 'row of %.% is archive-eligible under policy % and cannot be updated',
-                TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[0]
+                TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1]
             USING ERRCODE = 'RT501',
                   DETAIL = 'The row is terminal and past the policy''s window: it is being or will be archived as it is.',
                   HINT = 'Deleting it is allowed; changing it is not. Lift this by altering or dropping the policy.';
@@ -452,12 +451,18 @@ BEGIN
 END
 $fn$;
 
+-- How many holds a table has ever had: the hold fence of the delete statements, which run as
+-- a policy's owner and cannot read the catalog themselves.
+CREATE FUNCTION retention._hold_count(relation oid) RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT count(*) FROM retention.hold_records h WHERE h.relation = _hold_count.relation $fn$;
+
 -- The archive protocol. Each wrapper pins the settings that shape text output, so a batch's
 -- rows render to the same bytes in batch_frames and complete_batch whatever the session says.
 CREATE FUNCTION retention.claim_batch(policy text, max_rows int DEFAULT 10000,
                                       lease interval DEFAULT '10 minutes', owner text DEFAULT NULL)
 RETURNS uuid
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT (retention._result(retention._claim_batch(policy, max_rows, lease::text, owner)) #>> '{}')::uuid $fn$;
@@ -470,7 +475,7 @@ CREATE FUNCTION retention.claim_slice(policy text, max_rows int DEFAULT 10000,
                                       lease interval DEFAULT '10 minutes', owner text DEFAULT NULL,
                                       resume boolean DEFAULT true,
                                       OUT batch uuid, OUT slice bytea)
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice
@@ -478,40 +483,40 @@ AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice
 
 -- The enabled archive policies: what an archiver has to work on.
 CREATE FUNCTION retention.archive_policies() RETURNS SETOF text
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT p.name FROM retention.policies p WHERE p.enabled AND p.action = 'archive_then_delete' ORDER BY p.name $fn$;
 
 CREATE FUNCTION retention.batch_manifest(batch uuid, digest boolean DEFAULT true) RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT retention._result(retention._batch_manifest(batch::text, digest)) $fn$;
 
 CREATE FUNCTION retention.batch_frames(batch uuid) RETURNS SETOF bytea
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT retention._batch_frames(batch::text) $fn$;
 
 -- The frames of batch_frames concatenated: the slice, in one value (one call, one copy).
 CREATE FUNCTION retention.batch_slice(batch uuid) RETURNS bytea
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT retention._batch_slice(batch::text) $fn$;
 
 CREATE FUNCTION retention.extend_lease(batch uuid, lease interval) RETURNS timestamptz
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT (retention._result(retention._extend_lease(batch::text, lease::text)) #>> '{}')::timestamptz $fn$;
 
 CREATE FUNCTION retention.release_batch(batch uuid, reason text) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT (retention._result(retention._release_batch(batch::text, reason)))::boolean $fn$;
 
 CREATE FUNCTION retention.complete_batch(batch uuid, object_key text, blake3 text, rows bigint, bytes bigint,
                                          owner text DEFAULT NULL)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, public, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT (retention._result(retention._complete_batch(batch::text, object_key, blake3, rows, bytes, owner)))::bigint $fn$;
@@ -542,5 +547,10 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
     TO retention_archiver;
 -- One scrape of the archiver shows the whole system.
 GRANT SELECT ON retention.stats TO retention_archiver;
--- The guard trigger runs as whoever updates a governed table.
-GRANT EXECUTE ON FUNCTION retention._fixpoint_guard() TO PUBLIC;
+-- The guard trigger runs as whoever updates a governed table; it evaluates only the policy's
+-- own predicate, as the policy's owner, over a row of the policy's own table.
+GRANT EXECUTE ON FUNCTION retention._fixpoint_guard(), retention._fixpoint_eligible(bigint, oid, anyelement) TO PUBLIC;
+-- What the statements that run as a policy's owner call (see pg_retention/src/author.rs).
+GRANT EXECUTE ON FUNCTION retention._hold_count(oid), retention._hold_matches(bigint, anyelement),
+    retention._batch_quota(bigint, bigint, tid), retention._batch_bound(bigint, text)
+    TO retention_admin;

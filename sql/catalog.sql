@@ -48,6 +48,9 @@ CREATE TABLE retention.policy_versions (
     change           text NOT NULL CHECK (change IN ('add', 'alter', 'enable', 'disable', 'drop')),
     changed_by       text NOT NULL,
     changed_at       timestamptz NOT NULL DEFAULT now(),
+    -- The role the policy's predicates and deletes run as: whoever registered or last altered
+    -- it (enable, disable and drop keep it).
+    owner            oid NOT NULL,
     PRIMARY KEY (policy_id, version)
 );
 
@@ -70,7 +73,9 @@ CREATE TABLE retention.hold_records (
     predicate     text NOT NULL,
     reason        text NOT NULL,
     actor         text NOT NULL,
-    placed_at     timestamptz NOT NULL DEFAULT now()
+    placed_at     timestamptz NOT NULL DEFAULT now(),
+    -- The role that placed the hold: its predicate runs with this role's privileges.
+    placed_by     oid NOT NULL
 );
 CREATE TABLE retention.hold_lifts (
     hold_id   bigint PRIMARY KEY REFERENCES retention.hold_records (id),

@@ -3,7 +3,8 @@
 CREATE VIEW retention.policies AS
 SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_column,
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
-       v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at
+       v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
+       v.owner::regrole AS owner
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -14,13 +15,14 @@ WHERE p.dropped_at IS NULL;
 CREATE VIEW retention.policy_history AS
 SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v.age_column,
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
-       v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at
+       v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
+       v.owner::regrole AS owner
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
 CREATE VIEW retention.holds AS
 SELECT h.id, h.relation_name AS relation, h.predicate, h.reason, h.actor, h.placed_at,
-       l.hold_id IS NULL AS active, l.lifted_at, l.actor AS lifted_by, l.reason AS lift_reason
+       h.placed_by::regrole AS placed_by, l.hold_id IS NULL AS active, l.lifted_at, l.actor AS lifted_by, l.reason AS lift_reason
 FROM retention.hold_records h
 LEFT JOIN retention.hold_lifts l ON l.hold_id = h.id;
 
@@ -58,5 +60,14 @@ LEFT JOIN LATERAL (
     WHERE l.policy_id = p.id AND l.method = 'run' ORDER BY l.id DESC LIMIT 1
 ) lastrun ON true;
 
+-- One table, one class: each governed table, whether its rows leave through verified archives
+-- (archive) or are deleted (delete), and the policies that govern it.
+CREATE VIEW retention.tables AS
+SELECT p.relation,
+       CASE WHEN bool_or(p.action = 'archive_then_delete') THEN 'archive' ELSE 'delete' END AS class,
+       array_agg(p.name ORDER BY p.name) AS policies
+FROM retention.policies p
+GROUP BY p.relation;
+
 GRANT SELECT ON retention.policies, retention.policy_history, retention.holds, retention.ledger,
-    retention.stats TO retention_admin;
+    retention.stats, retention.tables TO retention_admin;

@@ -85,6 +85,21 @@ pub enum RetentionError {
     /// The caller lacks a privilege the operation needs (42501).
     #[error("{message}")]
     Privilege { message: String, hint: String },
+    /// A policy's owner lost a privilege the policy runs with (42501).
+    #[error("policy {policy} cannot run: its owner {owner} may no longer SELECT and DELETE from {relation}")]
+    OwnerPrivilege {
+        policy: String,
+        owner: String,
+        relation: String,
+    },
+    /// A table would be governed by policies of both classes, archive and delete (RT102).
+    #[error("{relation} is {class}-class through policy {other}; a policy with action {action} cannot govern it too")]
+    ClassConflict {
+        relation: String,
+        class: String,
+        other: String,
+        action: String,
+    },
     /// An internal SPI failure (XX000).
     #[error("internal error: {0}")]
     Internal(String),
@@ -132,7 +147,8 @@ impl RetentionError {
             RetentionError::UnknownPolicy(_) | RetentionError::UnknownHold(_) => "42704",
             RetentionError::DuplicatePolicy(_) => "42710",
             RetentionError::WrongState { .. } => "55000",
-            RetentionError::Privilege { .. } => "42501",
+            RetentionError::Privilege { .. } | RetentionError::OwnerPrivilege { .. } => "42501",
+            RetentionError::ClassConflict { .. } => "RT102",
             RetentionError::Internal(_) => "XX000",
         }
     }
@@ -157,6 +173,12 @@ impl RetentionError {
             RetentionError::WindowLink { producer, consumer, required, .. } => Some(format!(
                 "Linked windows require {consumer}.older_than >= {producer}.older_than + margin = {required}."
             )),
+            RetentionError::OwnerPrivilege { owner, .. } => Some(format!(
+                "A policy's predicates and deletes run with the privileges of its owner ({owner}), the role that registered or last altered it. Nothing was deleted."
+            )),
+            RetentionError::ClassConflict { .. } => Some(
+                "A table is either archive-class (rows leave only through verified archives) or delete-class, never both: a delete policy could remove audit rows before they are archived.".into(),
+            ),
             _ => None,
         }
     }
@@ -191,6 +213,12 @@ impl RetentionError {
             RetentionError::DuplicatePolicy(_) => {
                 Some("Use retention.alter_policy to change it, or choose another name.".into())
             }
+            RetentionError::OwnerPrivilege { .. } => Some(
+                "Grant the owner SELECT and DELETE on the table again, or alter the policy as a role that has them (the policy then belongs to that role).".into(),
+            ),
+            RetentionError::ClassConflict { other, .. } => Some(format!(
+                "Drop or alter policy {other} first, or give this policy the same action."
+            )),
             RetentionError::Internal(_) => None,
         }
     }

@@ -7,7 +7,8 @@
 //!
 //! The digest check of `complete_batch` still protects every column where these cannot.
 
-use crate::catalog::{PolicySpec, RelationInfo};
+use crate::catalog::{Policy, PolicySpec, RelationInfo};
+use crate::error::OrReport;
 use crate::error::{Result, RetentionError};
 use crate::sql_text::{ident, literal, predicate};
 use pgrx::prelude::*;
@@ -25,19 +26,21 @@ pub fn trigger_name(id: i64) -> String {
 /// Installs (or reinstalls) the guards of an archive policy.
 pub fn install(id: i64, spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
     remove(id, rel.oid)?;
-    let (Some(terminal), Some(age), Some(window)) =
-        (&spec.terminal, &spec.age_column, &spec.older_than)
+    let (Some(terminal), Some(age), Some(_)) = (&spec.terminal, &spec.age_column, &spec.older_than)
     else {
         return Err(RetentionError::Internal(
             "archive policy without terminal, age_column or older_than".into(),
         ));
     };
     let check = format!("NOT (\n{terminal}\n) OR {} IS NOT NULL", ident(age));
-    let violating = Spi::get_one::<i64>(&format!(
-        "SELECT count(*) FROM ONLY {} t WHERE NOT ({check})",
-        rel.qualified
-    ))?
-    .unwrap_or(0);
+    // The terminal predicate is the author's: it runs with their privileges.
+    let violating = crate::author::run_as(crate::catalog::caller_oid(), || {
+        Ok(Spi::get_one::<i64>(&format!(
+            "SELECT count(*) FROM ONLY {} t WHERE NOT ({check})",
+            rel.qualified
+        ))?
+        .unwrap_or(0))
+    })?;
     if violating > 0 {
         return Err(RetentionError::FixpointViolation {
             relation: rel.qualified.clone(),
@@ -45,26 +48,14 @@ pub fn install(id: i64, spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
             age_column: age.clone(),
         });
     }
-    let scope = spec
-        .scope
-        .as_deref()
-        .map(predicate)
-        .unwrap_or_else(|| "true".into());
-    let eligible = format!(
-        "{scope} AND {} AND t.{} < now() - {}::interval",
-        predicate(terminal),
-        ident(age),
-        literal(window)
-    );
     Spi::run(&format!(
         "ALTER TABLE {table} ADD CONSTRAINT {c} CHECK ({check});
          CREATE TRIGGER {g} BEFORE UPDATE ON {table} FOR EACH ROW
-             EXECUTE FUNCTION retention._fixpoint_guard({name}, {eligible})",
+             EXECUTE FUNCTION retention._fixpoint_guard({id}, {name})",
         table = rel.qualified,
         c = ident(&constraint_name(id)),
         g = ident(&trigger_name(id)),
         name = literal(&spec.name),
-        eligible = literal(&eligible),
     ))?;
     Ok(())
 }
@@ -84,4 +75,54 @@ pub fn remove(id: i64, relation: u32) -> Result<()> {
         ))?;
     }
     Ok(())
+}
+
+/// A row of an archive policy's table is eligible: in scope, terminal and past the window.
+fn eligible_sql(spec: &PolicySpec) -> Option<String> {
+    let (Some(terminal), Some(age), Some(window)) =
+        (&spec.terminal, &spec.age_column, &spec.older_than)
+    else {
+        return None;
+    };
+    let scope = spec
+        .scope
+        .as_deref()
+        .map(predicate)
+        .unwrap_or_else(|| "true".into());
+    Some(format!(
+        "{scope} AND {} AND t.{} < now() - {}::interval",
+        predicate(terminal),
+        ident(age),
+        literal(window)
+    ))
+}
+
+fn fixpoint_eligible(policy_id: i64, relation: u32, row: pgrx::AnyElement) -> Result<bool> {
+    let Some(policy) = Policy::by_id(policy_id)? else {
+        // The policy was dropped and its guard with it; a trigger left behind guards nothing.
+        return Ok(false);
+    };
+    if policy.relation != relation || policy.action != "archive_then_delete" {
+        return Err(RetentionError::invalid(
+            format!("policy {} does not guard this table", policy.name),
+            format!("The guard was called for table oid {relation}."),
+            "Fixpoint guards are installed by retention.add_policy; do not create them by hand.",
+        ));
+    }
+    let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    let Some(eligible) = eligible_sql(&policy) else {
+        return Err(RetentionError::Internal(
+            "archive policy without terminal, age_column or older_than".into(),
+        ));
+    };
+    crate::author::row_matches(policy.owner, &eligible, rel.reltype, row)
+}
+
+/// Whether `row`, the old version of a row of `relation` being updated, is archive-eligible
+/// under policy `policy_id`, evaluated with the privileges of the policy's owner (the trigger
+/// fires as whoever updates the table).
+#[pg_extern(security_definer, stable, parallel_restricted)]
+#[search_path(pg_catalog, pg_temp)]
+fn _fixpoint_eligible(policy_id: i64, relation: pg_sys::Oid, row: pgrx::AnyElement) -> bool {
+    fixpoint_eligible(policy_id, relation.to_u32(), row).or_report()
 }

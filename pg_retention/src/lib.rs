@@ -7,6 +7,7 @@ use pgrx::prelude::*;
 
 mod api;
 mod archive;
+mod author;
 mod catalog;
 mod engine;
 mod error;

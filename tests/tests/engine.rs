@@ -439,7 +439,9 @@ fn slow_run_under_way(c: &Cluster, db: &mut Client, by_index: bool) -> std::thre
     db.batch_execute(
         "
          CREATE TABLE del_log (id int, tenant int, xid xid8, at timestamptz);
-         CREATE FUNCTION log_del() RETURNS trigger LANGUAGE plpgsql AS $$
+         -- Sweeps run user code with search_path = pg_catalog, pg_temp (docs/security.md):
+         -- a trigger that names a table in public says where to find it.
+         CREATE FUNCTION log_del() RETURNS trigger LANGUAGE plpgsql SET search_path = public AS $$
          BEGIN INSERT INTO del_log VALUES (OLD.id, OLD.tenant, pg_current_xact_id(), clock_timestamp()); PERFORM pg_sleep(0.003); RETURN OLD; END $$;
          CREATE TRIGGER log_del AFTER DELETE ON q FOR EACH ROW EXECUTE FUNCTION log_del();
          SELECT retention.add_policy(name => 'q', relation => 'q', kind => 'age', age_column => 'created_at',

@@ -1,6 +1,6 @@
 //! Legal holds: placing and lifting. Both append; nothing is ever changed.
 
-use crate::catalog::{caller, LedgerEntry, RelationInfo};
+use crate::catalog::{caller, caller_oid, LedgerEntry, RelationInfo};
 use crate::engine::validate::check_predicate;
 use crate::error::{outcome, OrReport, Result, RetentionError};
 use pgrx::prelude::*;
@@ -21,19 +21,20 @@ fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i6
     non_empty(reason, "reason")?;
     non_empty(actor, "actor")?;
     let rel = RelationInfo::load(relation, &format!("oid {relation}"))?;
-    check_predicate(&rel, predicate, "hold")?;
+    check_predicate(&rel, predicate, "hold", caller_oid())?;
     let id = Spi::get_one_with_args::<i64>(
-        "INSERT INTO retention.hold_records (relation, relation_name, predicate, reason, actor)
-         VALUES ($1::bigint::oid, $2, $3, $4, $5) RETURNING id",
+        "INSERT INTO retention.hold_records (relation, relation_name, predicate, reason, actor, placed_by)
+         VALUES ($1::bigint::oid, $2, $3, $4, $5, $6::bigint::oid) RETURNING id",
         &[
             i64::from(relation).into(),
             rel.qualified.as_str().into(),
             predicate.into(),
             reason.into(),
             actor.into(),
+            i64::from(caller_oid()).into(),
         ],
     )?
-    .unwrap_or(0);
+    .ok_or_else(|| RetentionError::Internal("hold insert returned nothing".into()))?;
     LedgerEntry {
         method: "hold_place",
         policy: None,
@@ -50,7 +51,7 @@ fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i6
 
 /// Places a hold on the rows of `relation` matching `predicate`; returns the hold id.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn _place_hold(relation: pg_sys::Oid, predicate: &str, reason: &str, actor: &str) -> pgrx::JsonB {
     outcome(place(relation.to_u32(), predicate, reason, actor))
 }
@@ -95,16 +96,67 @@ fn lift(hold_id: i64, actor: &str, reason: &str) -> Result<()> {
 
 /// Lifts a hold (appends a lift record).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn _lift_hold(hold_id: i64, actor: &str, reason: &str) -> pgrx::JsonB {
     outcome(lift(hold_id, actor, reason))
 }
 
-/// Why a predicate is not acceptable for a table, or NULL. Used by `retention._predicate_check`.
+/// Why a predicate is not acceptable for a table when `author` runs it, or NULL. Used by
+/// `retention._predicate_check`, which turns the errors raised here into the reason.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
-fn _predicate_problem(relation: pg_sys::Oid, predicate: &str) -> Option<String> {
+#[search_path(pg_catalog, pg_temp)]
+fn _predicate_problem(
+    relation: pg_sys::Oid,
+    predicate: &str,
+    author: pg_sys::Oid,
+) -> Option<String> {
     let rel =
         RelationInfo::load(relation.to_u32(), &format!("oid {}", relation.to_u32())).or_report();
-    crate::engine::predicate::problem(&rel.qualified, predicate)
+    crate::author::run_as(author.to_u32(), || {
+        Ok(crate::engine::predicate::problem(&rel.qualified, predicate))
+    })
+    .or_report()
+}
+
+/// A hold as `_hold_matches` evaluates it. Hold records never change, so they are read once
+/// per backend.
+#[derive(Clone, serde::Deserialize)]
+struct HoldCheck {
+    predicate: String,
+    placer: u32,
+    reltype: u32,
+}
+
+thread_local! {
+    static HOLD_CHECKS: std::cell::RefCell<std::collections::HashMap<i64, HoldCheck>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+fn hold_matches(hold_id: i64, row: pgrx::AnyElement) -> Result<bool> {
+    let cached = HOLD_CHECKS.with(|c| c.borrow().get(&hold_id).cloned());
+    let check = match cached {
+        Some(check) => check,
+        None => {
+            let check: HoldCheck = crate::catalog::query_json(
+                "SELECT jsonb_build_object('predicate', h.predicate, 'placer', h.placed_by::bigint,
+                                           'reltype', c.reltype::bigint)
+                   FROM retention.hold_records h JOIN pg_catalog.pg_class c ON c.oid = h.relation
+                  WHERE h.id = $1",
+                &[hold_id.into()],
+            )?
+            .ok_or(RetentionError::UnknownHold(hold_id))?;
+            HOLD_CHECKS.with(|c| c.borrow_mut().insert(hold_id, check.clone()));
+            check
+        }
+    };
+    crate::author::row_matches(check.placer, &check.predicate, check.reltype, row)
+}
+
+/// Whether `row` of the held table matches hold `hold_id`, evaluated with the privileges of the
+/// role that placed the hold. Delete statements run as the policy's owner and call this for
+/// the holds another role placed. An error here fails the statement: a hold fails closed.
+#[pg_extern(security_definer, stable, parallel_restricted)]
+#[search_path(pg_catalog, pg_temp)]
+fn _hold_matches(hold_id: i64, row: pgrx::AnyElement) -> bool {
+    hold_matches(hold_id, row).or_report()
 }

@@ -1,6 +1,6 @@
 //! Policy definitions: add, alter, enable, disable, drop, and window links.
 
-use crate::catalog::{caller, query_json, Policy, PolicySpec};
+use crate::catalog::{caller, caller_oid, query_json, Policy, PolicySpec, RelationInfo};
 use crate::engine::validate::{interval_sign, validate};
 use crate::error::{outcome, OrReport, Result, RetentionError};
 use crate::guard;
@@ -98,11 +98,46 @@ fn ensure_link(
     Ok(())
 }
 
+/// One table, one class: refuses a definition whose action differs from that of another live
+/// policy on the same table (a delete policy could remove audit rows before they are archived).
+fn check_class(policy_id: Option<i64>, spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Other {
+        name: String,
+        action: String,
+    }
+    let other: Option<Other> = query_json(
+        "SELECT to_jsonb(x) FROM (
+             SELECT p.name, p.action FROM retention.policies p
+              WHERE p.relation::oid = $1::bigint::oid AND p.id IS DISTINCT FROM $2 AND p.action <> $3
+              ORDER BY p.name LIMIT 1) x",
+        &[
+            i64::from(rel.oid).into(),
+            policy_id.into(),
+            spec.action.as_str().into(),
+        ],
+    )?;
+    match other {
+        None => Ok(()),
+        Some(other) => Err(RetentionError::ClassConflict {
+            relation: rel.qualified.clone(),
+            class: if other.action == "archive_then_delete" {
+                "archive".into()
+            } else {
+                "delete".into()
+            },
+            other: other.name,
+            action: spec.action.clone(),
+        }),
+    }
+}
+
 fn append_version(
     policy_id: i64,
     spec: &PolicySpec,
     relation_name: &str,
     change: &str,
+    owner: u32,
 ) -> Result<i32> {
     let args = [
         policy_id.into(),
@@ -111,23 +146,24 @@ fn append_version(
         pgrx::JsonB(serde_json::to_value(spec)?).into(),
         change.into(),
         caller().into(),
+        i64::from(owner).into(),
     ];
     let version = Spi::get_one_with_args::<i32>(
         "INSERT INTO retention.policy_versions
              (policy_id, version, relation, relation_name, kind, age_column, older_than, scope, terminal,
               group_by, order_by, keep, min_keep, action, batch_size, max_rows_per_run, enabled,
-              change, changed_by)
+              change, changed_by, owner)
          SELECT $1, coalesce((SELECT max(version) FROM retention.policy_versions WHERE policy_id = $1), 0) + 1,
                 $2::bigint::oid, $3, s.kind, s.age_column, s.older_than::interval, s.scope, s.terminal,
                 s.group_by, s.order_by, s.keep, s.min_keep, s.action, s.batch_size, s.max_rows_per_run,
-                s.enabled, $5, $6
+                s.enabled, $5, $6, $7::bigint::oid
            FROM jsonb_to_record($4) AS s(kind text, age_column text, older_than text, scope text,
                 terminal text, group_by text[], order_by text, keep int, min_keep int, action text,
                 batch_size int, max_rows_per_run bigint, enabled boolean)
          RETURNING version",
         &args,
     )?;
-    Ok(version.unwrap_or(0))
+    version.ok_or_else(|| RetentionError::Internal("policy version insert returned nothing".into()))
 }
 
 fn define(change: &str, spec: Value) -> Result<i64> {
@@ -148,12 +184,13 @@ fn define(change: &str, spec: Value) -> Result<i64> {
                 return Err(RetentionError::DuplicatePolicy(name));
             }
             let rel = validate(&spec)?;
+            check_class(None, &spec, &rel)?;
             let id = Spi::get_one_with_args::<i64>(
                 "INSERT INTO retention.policy_ids (name) VALUES ($1) RETURNING id",
                 &[name.as_str().into()],
             )?
-            .unwrap_or(0);
-            append_version(id, &spec, &rel.qualified, "add")?;
+            .ok_or_else(|| RetentionError::Internal("policy insert returned nothing".into()))?;
+            append_version(id, &spec, &rel.qualified, "add", caller_oid())?;
             if spec.action == "archive_then_delete" {
                 guard::install(id, &spec, &rel)?;
             }
@@ -163,8 +200,9 @@ fn define(change: &str, spec: Value) -> Result<i64> {
             let current = Policy::by_name(&name)?;
             let spec = merge(&current.spec, &spec)?;
             let rel = validate(&spec)?;
+            check_class(Some(current.id), &spec, &rel)?;
             check_links(Some(current.id), &spec)?;
-            append_version(current.id, &spec, &rel.qualified, "alter")?;
+            append_version(current.id, &spec, &rel.qualified, "alter", caller_oid())?;
             if spec.action == "archive_then_delete" {
                 guard::install(current.id, &spec, &rel)?;
             } else if current.action == "archive_then_delete" {
@@ -177,7 +215,7 @@ fn define(change: &str, spec: Value) -> Result<i64> {
 
 /// Adds (`change = 'add'`) or alters (`'alter'`) a policy from a JSON definition; returns its id.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn _define_policy(change: &str, spec: pgrx::JsonB) -> pgrx::JsonB {
     outcome(define(change, spec.0))
 }
@@ -186,7 +224,13 @@ fn set_state(name: &str, change: &str) -> Result<i64> {
     let current = Policy::by_name(name)?;
     let mut spec = current.spec.clone();
     spec.enabled = change == "enable";
-    append_version(current.id, &spec, &current.relation_name, change)?;
+    append_version(
+        current.id,
+        &spec,
+        &current.relation_name,
+        change,
+        current.owner,
+    )?;
     if change == "drop" && current.action == "archive_then_delete" {
         guard::remove(current.id, current.relation)?;
     }
@@ -201,7 +245,7 @@ fn set_state(name: &str, change: &str) -> Result<i64> {
 
 /// Enables, disables or drops a policy (each a new version); returns its id.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn _set_policy_state(name: &str, change: &str) -> i64 {
     set_state(name, change).or_report()
 }
@@ -241,7 +285,7 @@ fn link(producer: &str, consumer: &str, margin: &str) -> Result<()> {
 
 /// Links two policies' windows: from now on `consumer.older_than >= producer.older_than + margin`.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn _link_windows(producer: &str, consumer: &str, margin: &str) -> pgrx::JsonB {
     outcome(link(producer, consumer, margin))
 }

@@ -37,7 +37,7 @@ fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
 // pgrx needs the named tuple spelled out in the signature to name the result columns.
 #[allow(clippy::type_complexity)]
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn preview(
     policy: default!(Option<&str>, "NULL"),
 ) -> TableIterator<

@@ -16,7 +16,7 @@ fn encode(state: SweepState) -> Result<pgrx::JsonB> {
 
 /// Starts a run of one policy.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn _sweep_start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> pgrx::JsonB {
     sweep::start(policy_id, actor, cycle_remaining)
         .and_then(encode)
@@ -31,7 +31,7 @@ fn _sweep_start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> pg
 /// the session's own setting, which flushes every batch before the run reports done. Waiting
 /// for a flush per batch cost as much as the deletes themselves.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn _sweep_batch(state: pgrx::JsonB) -> pgrx::JsonB {
     prepared::commit_unflushed()
         .and_then(|()| decode(state))
@@ -42,7 +42,7 @@ fn _sweep_batch(state: pgrx::JsonB) -> pgrx::JsonB {
 
 /// Records that a batch raised an error and ends the run.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn _sweep_failed(state: pgrx::JsonB, message: &str, sqlstate: &str) -> pgrx::JsonB {
     decode(state)
         .and_then(|s| sweep::failed(s, message, sqlstate))
@@ -52,7 +52,7 @@ fn _sweep_failed(state: pgrx::JsonB, message: &str, sqlstate: &str) -> pgrx::Jso
 
 /// Closes a run: hold skips, cap warning, run summary.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn _sweep_finish(state: pgrx::JsonB) -> pgrx::JsonB {
     decode(state)
         .and_then(sweep::finish)

@@ -8,7 +8,7 @@ use pgrx::prelude::*;
 /// Sets the latch of backend `pid` (a database worker) so it wakes now. Returns whether the
 /// process was found.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn _set_latch(pid: i32) -> bool {
     // Safety: BackendPidGetProc takes ProcArrayLock itself and returns NULL for unknown pids;
     // setting another process's latch is how Postgres itself wakes workers.
@@ -42,17 +42,19 @@ fn overdue(policy_id: i64, grace: &str) -> Result<Option<String>> {
     )?;
     let holds = active_holds(policy.relation)?;
     let elig = Eligibility::new(&policy, &rel, &holds)?;
-    let n = Spi::get_one::<i64>(&format!(
-        "SELECT count(*) FROM ({}) e",
-        elig.rows(Guards::ALL)
-    ))?
-    .unwrap_or(0);
+    let n = elig.as_owner(|| {
+        Ok(Spi::get_one::<i64>(&format!(
+            "SELECT count(*) FROM ({}) e",
+            elig.rows(Guards::ALL)
+        ))?
+        .unwrap_or(0))
+    })?;
     Ok((n > 0).then(|| format!("{n} deletable rows are older than the window plus a grace of {grace} (backlog past window)")))
 }
 
 /// Why a policy is overdue (deletable rows older than its window plus `grace`), or NULL.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, public, pg_temp)]
+#[search_path(pg_catalog, pg_temp)]
 fn _overdue(policy_id: i64, grace: &str) -> Option<String> {
     overdue(policy_id, grace).unwrap_or_else(|e| Some(e.to_string()))
 }

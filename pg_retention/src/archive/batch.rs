@@ -201,6 +201,7 @@ fn claim_rendering(
     }
     expire_leases(&policy)?;
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    crate::author::ensure_may_delete(policy.owner, rel.oid, &rel.qualified, &policy.name)?;
     let holds = active_holds(policy.relation)?;
     let elig = Eligibility::new(&policy, &rel, &holds)?;
     if elig.kind() != Kind::Age {
@@ -392,7 +393,7 @@ fn claim_keys(
         frames: render,
         extremes: Some(age_at),
     };
-    render_rows(Statement::Text(&sql), &[after.into()], &layout)
+    elig.as_owner(|| render_rows(Statement::Text(&sql), &[after.into()], &layout))
 }
 
 /// The frozen key set of a live batch and where its rows were when claimed.
@@ -418,10 +419,11 @@ fn batch_keys(id: &str) -> Result<(Texts, Vec<Tid>)> {
     Ok((keys, places))
 }
 
-/// The batch's rows as they are now, rendered in key order, each with its ctid.
-fn current_rows(b: &Batch, rel: &RelationInfo) -> Result<Rendered> {
+/// The batch's rows as they are now, rendered in key order, each with its ctid. Read with the
+/// privileges of the policy's owner, like every statement over a governed table.
+fn current_rows(b: &Batch, policy: &Policy, rel: &RelationInfo) -> Result<Rendered> {
     let (keys, ctids) = batch_keys(&b.id)?;
-    let found = render_batch(rel, &ctids)?;
+    let found = crate::author::run_as(policy.owner, || render_batch(rel, &ctids))?;
     in_claim_order(b, rel, &keys, &ctids, found)
 }
 
@@ -479,8 +481,8 @@ fn batch_slice_rendered(id: &str) -> Result<Rendered> {
             message: "only a claimed batch has frames".into(),
         });
     }
-    let (_, rel) = batch_policy(&b)?;
-    current_rows(&b, &rel)
+    let (policy, rel) = batch_policy(&b)?;
+    current_rows(&b, &policy, &rel)
 }
 
 /// The manifest of a batch as it would be written next to its slice.
@@ -492,7 +494,7 @@ pub fn manifest(id: &str, digest: bool) -> Result<Manifest> {
     let b = load_batch(id, false)?;
     let (policy, rel) = batch_policy(&b)?;
     let (blake3, rows, bytes) = if digest {
-        current_rows(&b, &rel)?.summary()
+        current_rows(&b, &policy, &rel)?.summary()
     } else {
         (String::new(), b.rows.max(0) as u64, 0)
     };
@@ -614,6 +616,7 @@ pub fn complete(
         ));
     }
     let (policy, rel) = batch_policy(&b)?;
+    crate::author::ensure_may_delete(policy.owner, rel.oid, &rel.qualified, &policy.name)?;
     let (keys, ctids) = batch_keys(&b.id)?;
     // Delete the batch's rows that are still eligible and that no hold and no reference keeps,
     // returning them as they were, with the same hold fence as the sweep: a hold placed while
@@ -634,7 +637,7 @@ pub fn complete(
             fenced = fence.tripped(),
             cols = column_list(&rel),
         );
-        let gone = render_at(&rel, &sql, &ctids, true)?;
+        let gone = elig.as_owner(|| render_at(&rel, &sql, &ctids, true))?;
         if !gone.ends.is_empty() || attempt >= 5 || !fence.tripped_now()? {
             break (gone, holds);
         }
@@ -643,7 +646,9 @@ pub fn complete(
     let mut found = gone;
     if deleted < b.rows {
         // Our own deletes are invisible to us now: this finds the rows kept.
-        found.append(render_batch(&rel, &ctids)?);
+        found.append(crate::author::run_as(policy.owner, || {
+            render_batch(&rel, &ctids)
+        })?);
     }
     let (digest, n, nbytes) = in_claim_order(&b, &rel, &keys, &ctids, found)?.summary();
     let mismatch = |reason: String| {

@@ -56,12 +56,14 @@ pub struct Hold {
     pub id: i64,
     /// The validated predicate text.
     pub predicate: String,
+    /// The role that placed it: the predicate runs with its privileges.
+    pub placer: u32,
 }
 
 /// The holds in force on `relation` right now.
 pub fn active_holds(relation: u32) -> Result<Vec<Hold>> {
     let holds: Option<Vec<Hold>> = query_json(
-        "SELECT coalesce(jsonb_agg(jsonb_build_object('id', h.id, 'predicate', h.predicate) ORDER BY h.id), '[]')
+        "SELECT coalesce(jsonb_agg(jsonb_build_object('id', h.id, 'predicate', h.predicate, 'placer', h.placed_by::bigint) ORDER BY h.id), '[]')
            FROM retention.hold_records h
           WHERE h.relation = $1::bigint::oid
             AND NOT EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = h.id)",
@@ -91,9 +93,11 @@ impl HoldFence {
     }
 
     /// SQL that is true, in the statement's snapshot, when a hold was placed after the read.
+    /// Statements that evaluate predicates run as a policy's owner, who cannot read the
+    /// catalog: `retention._hold_count` counts for them, once per statement (an init plan).
     pub fn tripped(&self) -> String {
         format!(
-            "((SELECT count(*) FROM retention.hold_records h WHERE h.relation = {}::oid) > {})",
+            "((SELECT retention._hold_count({}::oid)) > {})",
             self.relation, self.seen
         )
     }

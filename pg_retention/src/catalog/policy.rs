@@ -92,6 +92,8 @@ pub struct Policy {
     pub version: i32,
     /// Table name at registration (the table may have been renamed or dropped since).
     pub relation_name: String,
+    /// The role the policy's predicates and deletes run as (see `author.rs`).
+    pub owner: u32,
     /// The definition.
     #[serde(flatten)]
     pub spec: PolicySpec,
@@ -108,7 +110,8 @@ const CURRENT: &str = "
     SELECT to_jsonb(x) FROM (
         SELECT p.id, p.name, v.version, v.relation::bigint AS relation, v.relation_name, v.kind,
                v.age_column, v.older_than::text AS older_than, v.scope, v.terminal, v.group_by,
-               v.order_by, v.keep, v.min_keep, v.action, v.batch_size, v.max_rows_per_run, v.enabled
+               v.order_by, v.keep, v.min_keep, v.action, v.batch_size, v.max_rows_per_run, v.enabled,
+               v.owner::bigint AS owner
           FROM retention.policy_ids p
           CROSS JOIN LATERAL (SELECT * FROM retention.policy_versions pv
                                WHERE pv.policy_id = p.id ORDER BY pv.version DESC LIMIT 1) v

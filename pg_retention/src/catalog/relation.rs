@@ -17,7 +17,7 @@ pub struct Column {
 /// A foreign key from another table (or this one) that references this table.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Reference {
-    /// Referencing table, quoted and qualified.
+    /// Referencing table, quoted and always schema-qualified.
     pub child: String,
     /// Referencing columns.
     pub child_cols: Vec<String>,
@@ -30,8 +30,11 @@ pub struct Reference {
 pub struct RelationInfo {
     /// Oid.
     pub oid: u32,
-    /// Quoted, schema-qualified name (`regclass` output).
+    /// Quoted, always schema-qualified name: statements that evaluate predicates run with
+    /// `search_path = pg_catalog, pg_temp`, where an unqualified name would not be found.
     pub qualified: String,
+    /// The table's row type.
+    pub reltype: u32,
     /// `pg_class.relkind`.
     pub relkind: String,
     /// Columns in attribute order.
@@ -47,7 +50,8 @@ pub struct RelationInfo {
 const DESCRIBE: &str = "
 SELECT jsonb_build_object(
     'oid', c.oid::bigint,
-    'qualified', c.oid::regclass::text,
+    'qualified', (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_namespace n WHERE n.oid = c.relnamespace),
+    'reltype', c.reltype::bigint,
     'relkind', c.relkind::text,
     'columns', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                         'name', a.attname, 'type', format_type(a.atttypid, a.atttypmod)) ORDER BY a.attnum), '[]')
@@ -59,7 +63,8 @@ SELECT jsonb_build_object(
              JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum
             WHERE i.indrelid = c.oid AND i.indisprimary),
     'referenced_by', (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                        'child', con.conrelid::regclass::text,
+                        'child', (SELECT format('%I.%I', n.nspname, cc.relname) FROM pg_class cc JOIN pg_namespace n ON n.oid = cc.relnamespace
+                                   WHERE cc.oid = con.conrelid),
                         'child_cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord)
                                          FROM unnest(con.conkey) WITH ORDINALITY k(attnum, ord)
                                          JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum),

@@ -108,6 +108,12 @@ impl<'a> Eligibility<'a> {
         prepared::one(&plan, &[window.into()])
     }
 
+    /// Runs `f` with the privileges of the policy's owner (see `author.rs`): every statement
+    /// built here evaluates the owner's predicates and runs inside this.
+    pub fn as_owner<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        crate::author::run_as(self.policy.owner, f)
+    }
+
     /// The policy kind.
     pub fn kind(&self) -> Kind {
         self.kind
@@ -180,10 +186,27 @@ impl<'a> Eligibility<'a> {
             "({})",
             self.holds
                 .iter()
-                .map(|h| predicate(&h.predicate))
+                .map(|h| self.hold_match(h))
                 .collect::<Vec<_>>()
                 .join(" OR ")
         ))
+    }
+
+    /// True when the row matches hold `h`, evaluated with the privileges of its placer. The
+    /// statement runs as the policy's owner: a hold the owner placed is inlined; any other goes
+    /// through `retention._hold_matches`, which evaluates it row by row as its placer (slower,
+    /// and only ever for the rows the policy already made eligible).
+    pub fn hold_match(&self, h: &Hold) -> String {
+        if h.placer == self.policy.owner {
+            return predicate(&h.predicate);
+        }
+        let columns: Vec<String> = self.rel.columns.iter().map(|c| ident(&c.name)).collect();
+        format!(
+            "retention._hold_matches({}, ROW({})::{})",
+            h.id,
+            columns.join(", "),
+            self.rel.qualified
+        )
     }
 
     /// True when the row, addressed as `alias`, is referenced by a foreign key.

@@ -1,7 +1,8 @@
 //! Predicate validation: a user predicate must be one boolean expression over the table's own
 //! columns. It is parsed and analysed against the table (through `SPI_prepare`), then the
 //! analysed query is inspected: no subqueries, aggregates, window functions, set-returning
-//! functions or volatile functions. Multiple statements fail to prepare.
+//! functions or volatile functions. Multiple statements fail to prepare. Callers run this as
+//! the predicate's author (`author::run_as`).
 
 use crate::sql_text::ident;
 use pgrx::pg_sys;
@@ -20,10 +21,11 @@ pub fn problem(qualified_table: &str, predicate: &str) -> Option<String> {
         "SELECT (\n{predicate}\n) AS {} FROM ONLY {qualified_table} t",
         ident("p")
     );
+    let sql_for_run = sql.clone();
     let Ok(csql) = CString::new(sql) else {
         return Some("the predicate contains a NUL byte".into());
     };
-    Spi::connect(|_client| {
+    let verdict = Spi::connect(|_client| {
         // Safety: SPI is connected for the duration of this closure; the plan is freed before
         // returning, and the lists we read belong to it.
         unsafe {
@@ -44,7 +46,16 @@ pub fn problem(qualified_table: &str, predicate: &str) -> Option<String> {
             pg_sys::SPI_freeplan(plan);
             verdict
         }
-    })
+    });
+    if verdict.is_some() {
+        return verdict;
+    }
+    // Started but reading no row: the executor checks the author's privileges on the columns
+    // and functions the predicate uses, so a predicate its author may not run is refused now.
+    match Spi::run(&format!("{sql_for_run} LIMIT 0")) {
+        Ok(()) => None,
+        Err(e) => Some(e.to_string()),
+    }
 }
 
 /// Safety: `list` must be a valid List of Query nodes.

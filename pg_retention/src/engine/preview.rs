@@ -37,19 +37,14 @@ pub fn held_per_hold(elig: &Eligibility<'_>) -> Result<Vec<(i64, i64)>> {
     let filters: Vec<String> = elig
         .holds()
         .iter()
-        .map(|h| {
-            format!(
-                "count(*) FILTER (WHERE {})",
-                crate::sql_text::predicate(&h.predicate)
-            )
-        })
+        .map(|h| format!("count(*) FILTER (WHERE {})", elig.hold_match(h)))
         .collect();
     let sql = format!(
         "SELECT ARRAY[{}]::bigint[] FROM ({}) e",
         filters.join(", "),
         elig.rows(Guards::REFERENCES)
     );
-    let counts = Spi::get_one::<Vec<i64>>(&sql)?.unwrap_or_default();
+    let counts = elig.as_owner(|| Ok(Spi::get_one::<Vec<i64>>(&sql)?.unwrap_or_default()))?;
     Ok(elig.holds().iter().map(|h| h.id).zip(counts).collect())
 }
 
@@ -58,9 +53,13 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
     let holds = active_holds(policy.relation)?;
     let elig = Eligibility::new(policy, &rel, &holds)?;
-    let eligible = count(&elig.rows(Guards::NONE))?;
-    let unreferenced = count(&elig.rows(Guards::REFERENCES))?;
-    let deletable = count(&elig.rows(Guards::ALL))?;
+    let (eligible, unreferenced, deletable) = elig.as_owner(|| {
+        Ok((
+            count(&elig.rows(Guards::NONE))?,
+            count(&elig.rows(Guards::REFERENCES))?,
+            count(&elig.rows(Guards::ALL))?,
+        ))
+    })?;
     let hold_ids = held_per_hold(&elig)?
         .into_iter()
         .filter(|(_, n)| *n > 0)
@@ -71,13 +70,15 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
         0
     } else if elig.kind() == Kind::Entity {
         // Whole groups in the order the sweep takes them, as many as fit under the cap.
-        Spi::get_one::<i64>(&format!(
-            "SELECT coalesce(sum(__n) FILTER (WHERE __cum <= {cap}), 0)::bigint
-               FROM (SELECT g.__n, sum(g.__n) OVER (ORDER BY g.__first) AS __cum FROM ({groups}) g) x",
-            cap = policy.max_rows_per_run,
-            groups = elig.entity_groups(Guards::ALL),
-        ))?
-        .unwrap_or(0)
+        elig.as_owner(|| {
+            Ok(Spi::get_one::<i64>(&format!(
+                "SELECT coalesce(sum(__n) FILTER (WHERE __cum <= {cap}), 0)::bigint
+                   FROM (SELECT g.__n, sum(g.__n) OVER (ORDER BY g.__first) AS __cum FROM ({groups}) g) x",
+                cap = policy.max_rows_per_run,
+                groups = elig.entity_groups(Guards::ALL),
+            ))?
+            .unwrap_or(0))
+        })?
     } else {
         deletable.min(policy.max_rows_per_run)
     };
@@ -106,8 +107,9 @@ fn estimate_archive_bytes(
     if deletable == 0 || elig.kind() != Kind::Age {
         return Ok(0);
     }
-    let sample =
-        crate::archive::render::sample_frames(rel, &elig.age_predicate(Guards::ALL), 1000)?;
+    let sample = elig.as_owner(|| {
+        crate::archive::render::sample_frames(rel, &elig.age_predicate(Guards::ALL), 1000)
+    })?;
     if sample.ends.is_empty() {
         return Ok(0);
     }

@@ -115,6 +115,13 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         // A policy whose table is gone is an error of that policy, not of the whole run.
         Err(e) => return failed(state, &e.to_string(), e.sqlstate()),
     };
+    // A policy runs with its owner's privileges or not at all: one that lost them fails
+    // closed, ledgered, and the other policies of the run go on.
+    if let Err(e) =
+        crate::author::ensure_may_delete(policy.owner, rel.oid, &rel.qualified, &policy.name)
+    {
+        return failed(state, &e.to_string(), e.sqlstate());
+    }
     state.cap = policy
         .max_rows_per_run
         .min(cycle_remaining.unwrap_or(i64::MAX))
@@ -247,15 +254,18 @@ pub fn batch(mut state: SweepState) -> Result<SweepState> {
     let (hi_block, result) = match elig.kind() {
         Kind::Entity => (
             END_BLOCK,
-            run_batch_sql(&entity_batch(&elig, fence, state.lo, n, remaining))?,
+            elig.as_owner(|| run_batch_sql(&entity_batch(&elig, fence, state.lo, n, remaining)))?,
         ),
         Kind::Age => {
             let hi = state.lo.0.saturating_add(state.span).min(END_BLOCK);
-            (hi, run_age_batch(&elig, fence, state.lo, hi, n)?)
+            (
+                hi,
+                elig.as_owner(|| run_age_batch(&elig, fence, state.lo, hi, n))?,
+            )
         }
         Kind::KeepLatest | Kind::Versions => (
             END_BLOCK,
-            run_batch_sql(&row_batch(&elig, fence, state.lo, END_BLOCK, n))?,
+            elig.as_owner(|| run_batch_sql(&row_batch(&elig, fence, state.lo, END_BLOCK, n)))?,
         ),
     };
     if result.new_hold {
@@ -326,7 +336,7 @@ fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
         rows = elig.rows(Guards::ALL),
         lo = tid(lo.0, lo.1),
     );
-    Ok(Spi::get_one::<bool>(&sql)?.unwrap_or(false))
+    elig.as_owner(|| Ok(Spi::get_one::<bool>(&sql)?.unwrap_or(false)))
 }
 
 /// The cutoff parameter of both age batch statements (block range and index).
@@ -368,17 +378,19 @@ fn age_index_step(
         fence = fence.tripped(),
     );
     use pgrx::pg_sys::BuiltinOid::{INT8OID, TEXTOID, TIMESTAMPTZOID};
-    let plan = prepared::cached(
-        &sql,
-        &[TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID].map(PgOid::BuiltIn),
-        true,
-    )?;
     let token = quota::next_token();
-    let cutoff = elig.policy_cutoff()?;
-    let deleted = prepared::run(
-        &plan,
-        &[cutoff.into(), from.as_str().into(), n.into(), token.into()],
-    )? as i64;
+    let deleted = elig.as_owner(|| {
+        let cutoff = elig.policy_cutoff()?;
+        let plan = prepared::cached(
+            &sql,
+            &[TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID].map(PgOid::BuiltIn),
+            true,
+        )?;
+        Ok(prepared::run(
+            &plan,
+            &[cutoff.into(), from.as_str().into(), n.into(), token.into()],
+        )? as i64)
+    })?;
     let bound = quota::bound(token);
     if deleted == 0 && fence.tripped_now()? {
         // A hold arrived after the batch read the holds: read the same rows again with it.
@@ -552,11 +564,13 @@ pub fn finish(state: SweepState) -> Result<SweepState> {
                 hold_detail = ledger_hold_skips(&elig, &policy, &state)?;
             }
             if state.outcome == "cap" {
-                backlog = Spi::get_one::<i64>(&format!(
-                    "SELECT count(*) FROM ({}) e",
-                    elig.rows(Guards::ALL)
-                ))?
-                .unwrap_or(0);
+                backlog = elig.as_owner(|| {
+                    Ok(Spi::get_one::<i64>(&format!(
+                        "SELECT count(*) FROM ({}) e",
+                        elig.rows(Guards::ALL)
+                    ))?
+                    .unwrap_or(0))
+                })?;
                 LedgerEntry {
                     method: "cap_reached",
                     policy: Some(&policy),

@@ -13,13 +13,19 @@ const AGE_TYPES: [&str; 3] = [
     "date",
 ];
 
-/// Checks a predicate against a table; refuses (RT101) what is not a plain boolean row predicate.
-pub fn check_predicate(rel: &RelationInfo, predicate: &str, what: &str) -> Result<()> {
+/// Checks a predicate against a table as its `author` would run it (their privileges, the safe
+/// search path); refuses (RT101) what is not a plain boolean row predicate, and what the author
+/// may not run.
+pub fn check_predicate(rel: &RelationInfo, predicate: &str, what: &str, author: u32) -> Result<()> {
     // Through plpgsql so that a parse or analysis error is caught in a subtransaction and
     // comes back as text.
     let problem = Spi::get_one_with_args::<String>(
-        "SELECT retention._predicate_check($1::bigint::oid, $2)",
-        &[i64::from(rel.oid).into(), predicate.into()],
+        "SELECT retention._predicate_check($1::bigint::oid, $2, $3::bigint::oid)",
+        &[
+            i64::from(rel.oid).into(),
+            predicate.into(),
+            i64::from(author).into(),
+        ],
     )?;
     match problem {
         None => Ok(()),
@@ -96,14 +102,15 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         });
     }
     let may_delete = Spi::get_one_with_args::<bool>(
-        "SELECT has_table_privilege($1::bigint::oid, $2::bigint::oid, 'DELETE')",
+        "SELECT has_table_privilege($1::bigint::oid, $2::bigint::oid, 'DELETE')
+            AND has_table_privilege($1::bigint::oid, $2::bigint::oid, 'SELECT')",
         &[i64::from(caller_oid()).into(), i64::from(rel.oid).into()],
     )?
     .unwrap_or(false);
     if !may_delete {
         return Err(RetentionError::Privilege {
             message: format!("permission denied to govern {}", rel.qualified),
-            hint: "A policy can only be registered by a role that may DELETE from the table."
+            hint: "A policy can only be registered by a role that may SELECT and DELETE from the table: it runs with that role's privileges."
                 .into(),
         });
     }
@@ -179,10 +186,10 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         rel.column(order)?;
     }
     if let Some(scope) = &spec.scope {
-        check_predicate(&rel, scope, "scope")?;
+        check_predicate(&rel, scope, "scope", caller_oid())?;
     }
     if let Some(terminal) = &spec.terminal {
-        check_predicate(&rel, terminal, "terminal")?;
+        check_predicate(&rel, terminal, "terminal", caller_oid())?;
     }
     if spec.action == "archive_then_delete" && kind != Kind::Age {
         return Err(RetentionError::invalid(

@@ -1,0 +1,156 @@
+//! User SQL runs as its author.
+//!
+//! Predicates (a policy's scope and terminal, a hold's predicate) are SQL written by a role that
+//! may have far less privilege than the extension's owner. Every statement that evaluates one
+//! runs through [`run_as`]: the current user becomes the predicate's author for the statement,
+//! inside a security-restricted operation, with `search_path = pg_catalog, pg_temp` — the way
+//! PostgreSQL evaluates index expressions during VACUUM and ANALYZE since CVE-2022-1552. The
+//! statement is still one statement with its predicates inlined (planned, pushed down, run at
+//! the speed of the table scan); what changes is whose privileges its executor checks. So a
+//! statement run here names only the user's tables and the few `retention` functions granted
+//! to `retention_admin` for exactly this (`_batch_quota`, `_batch_bound`, `_hold_count`,
+//! `_hold_matches`); it never reads the catalog tables directly.
+
+use crate::catalog::prepared;
+use crate::error::{Result, RetentionError};
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use pgrx::{pg_sys, AnyElement, PgOid};
+use std::ffi::CStr;
+
+/// The search path every user predicate is parsed and evaluated with: nothing planted in
+/// `public` or in a temporary schema can stand in for a catalog object.
+pub const SAFE_SEARCH_PATH: &CStr = c"pg_catalog, pg_temp";
+
+/// Restores the caller's user, security context and settings, also when an error unwinds.
+struct Restore {
+    user: pg_sys::Oid,
+    sec_context: i32,
+    nest_level: i32,
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        // Safety: both calls only reset backend-local state saved by `run_as` in this backend;
+        // AtEOXact_GUC pops exactly the nesting level `run_as` pushed.
+        unsafe {
+            pg_sys::AtEOXact_GUC(false, self.nest_level);
+            pg_sys::SetUserIdAndSecContext(self.user, self.sec_context);
+        }
+    }
+}
+
+/// Runs `f` with the privileges of `role` (an existing role's oid), inside a security-restricted
+/// operation and with [`SAFE_SEARCH_PATH`]. Everything `f` executes through SPI is checked
+/// against `role`'s privileges; functions it calls cannot change the session (no `SET ROLE`, no
+/// temporary objects, no cursors left open). The caller's user and settings come back when `f`
+/// returns or raises.
+pub fn run_as<T>(role: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    ensure_role_exists(role)?;
+    // Safety: reads and sets backend-local state, as vacuum.c and analyze.c do; `Restore` undoes
+    // it on every way out of this function.
+    let _restore = unsafe {
+        let mut user = pg_sys::InvalidOid;
+        let mut sec_context: i32 = 0;
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut sec_context);
+        pg_sys::SetUserIdAndSecContext(
+            pg_sys::Oid::from(role),
+            sec_context | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
+        );
+        let nest_level = pg_sys::NewGUCNestLevel();
+        let restore = Restore {
+            user,
+            sec_context,
+            nest_level,
+        };
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            SAFE_SEARCH_PATH.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        restore
+    };
+    f()
+}
+
+/// Refuses to act for a role that no longer exists (its oid would match no privilege at all,
+/// and the error would not say why).
+fn ensure_role_exists(role: u32) -> Result<()> {
+    let exists = Spi::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE oid = $1::bigint::oid)",
+        &[i64::from(role).into()],
+    )?
+    .unwrap_or(false);
+    if exists {
+        Ok(())
+    } else {
+        Err(RetentionError::Privilege {
+            message: format!("the role (oid {role}) that wrote this predicate no longer exists"),
+            hint: "Alter the policy (it then belongs to you) or place the hold again.".into(),
+        })
+    }
+}
+
+/// The name of a role, for messages.
+pub fn role_name(role: u32) -> String {
+    // Safety: GetUserNameFromId with noerr = true returns NULL rather than raising.
+    unsafe {
+        let name = pg_sys::GetUserNameFromId(pg_sys::Oid::from(role), true);
+        if name.is_null() {
+            format!("role {role}")
+        } else {
+            CStr::from_ptr(name).to_string_lossy().into_owned()
+        }
+    }
+}
+
+/// Refuses (42501) when `owner` may no longer SELECT and DELETE from the table `relation`
+/// (`table` names it): a policy runs with its owner's privileges or not at all.
+pub fn ensure_may_delete(owner: u32, relation: u32, table: &str, policy: &str) -> Result<()> {
+    let (may_select, may_delete) = Spi::get_two_with_args::<bool, bool>(
+        "SELECT pg_catalog.has_table_privilege($1::bigint::oid, $2::bigint::oid, 'SELECT'),
+                pg_catalog.has_table_privilege($1::bigint::oid, $2::bigint::oid, 'DELETE')",
+        &[i64::from(owner).into(), i64::from(relation).into()],
+    )?;
+    if may_select == Some(true) && may_delete == Some(true) {
+        return Ok(());
+    }
+    Err(RetentionError::OwnerPrivilege {
+        policy: policy.to_owned(),
+        owner: role_name(owner),
+        relation: table.to_owned(),
+    })
+}
+
+/// Whether `row` (a row of a table, as a composite value) satisfies `predicate` when `role`
+/// evaluates it: for the one predicate of a statement that cannot be inlined because its author
+/// is not the statement's (a hold placed by another role than the policy's owner), and for the
+/// fixpoint guard, which fires as whoever updates the table. The row must be of the type
+/// `rowtype`: a caller cannot have a predicate evaluated over a row it made up of another shape.
+pub fn row_matches(role: u32, predicate: &str, rowtype: u32, row: AnyElement) -> Result<bool> {
+    if row.oid() != pg_sys::Oid::from(rowtype) {
+        return Err(RetentionError::invalid(
+            "the row is not of the governed table's type",
+            format!(
+                "Expected a row of type {rowtype}, got one of type {}.",
+                row.oid().to_u32()
+            ),
+            "Pass a row of the table the hold or policy governs.",
+        ));
+    }
+    let sql = format!(
+        "SELECT {} FROM (SELECT ($1).*) t",
+        crate::sql_text::predicate(predicate)
+    );
+    run_as(role, || {
+        let plan = prepared::cached(&sql, &[PgOid::from(row.oid())], false)?;
+        // Safety: the datum is the row this function was called with, of the type it says.
+        let arg = unsafe { DatumWithOid::new(row, row.oid()) };
+        Ok(prepared::one::<bool>(&plan, &[arg])?.unwrap_or(false))
+    })
+}

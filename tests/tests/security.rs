@@ -1,0 +1,397 @@
+//! The trust boundary (docs/security.md): user SQL runs with its author's privileges, inside a
+//! security-restricted operation with a pinned search path; the SECURITY DEFINER surface
+//! cannot be hijacked through `public` or `pg_temp`; a table is archive-class or delete-class.
+//!
+//! The attacker is `mallory`: a login in `retention_admin` that may create functions in
+//! `public` and owns one table, and nothing else.
+
+use pg_retention_integration::{expect_error, scalar, Cluster};
+use postgres::Client;
+use std::time::Duration;
+
+/// A connection as `role`.
+fn connect_as(c: &Cluster, role: &str) -> Client {
+    Client::connect(
+        &format!("{} user={role}", c.url("postgres")),
+        postgres::NoTls,
+    )
+    .unwrap_or_else(|e| panic!("connect as {role}: {e}"))
+}
+
+/// The attacker and a victim table owned by the superuser.
+fn attacker(db: &mut Client) {
+    db.batch_execute(
+        "ALTER ROLE postgres PASSWORD 'hunter2';
+         CREATE ROLE mallory LOGIN IN ROLE retention_admin;
+         GRANT CREATE ON SCHEMA public TO mallory;
+         CREATE TABLE victim (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO victim SELECT g, now() - interval '90 days' FROM generate_series(1, 100) g;",
+    )
+    .unwrap();
+}
+
+/// Mallory's table and `steal(int)`: an IMMUTABLE function that reads the superuser's password
+/// hash and a server file and, when it could, raises them in its error message (SQLSTATE
+/// P0001). Run as mallory it fails on the first read with 42501.
+fn plant_steal(c: &Cluster) {
+    let mut m = connect_as(c, "mallory");
+    m.batch_execute(
+        "CREATE TABLE mine (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO mine SELECT g, now() - interval '90 days' FROM generate_series(1, 100) g;
+         CREATE FUNCTION public.steal(x int) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+         DECLARE pw text; f text;
+         BEGIN
+             SELECT rolpassword INTO pw FROM pg_catalog.pg_authid WHERE rolname = 'postgres';
+             f := pg_catalog.pg_read_file('PG_VERSION');
+             RAISE EXCEPTION 'stolen: % %', pw, f;
+         END $$;",
+    )
+    .unwrap();
+}
+
+/// The last ledgered error of `policy`: (sqlstate, message).
+fn last_error(db: &mut Client, policy: &str) -> Option<(String, String)> {
+    db.query_opt(
+        "SELECT detail->>'sqlstate', detail->>'error' FROM retention.ledger
+          WHERE policy = $1 AND method = 'error' ORDER BY id DESC LIMIT 1",
+        &[&policy],
+    )
+    .unwrap()
+    .map(|r| (r.get(0), r.get(1)))
+}
+
+#[test]
+fn a_scope_predicate_runs_as_its_author_in_preview_and_run() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    attacker(&mut db);
+    plant_steal(&c);
+    let mut m = connect_as(&c, "mallory");
+    m.batch_execute(
+        "SELECT retention.add_policy(name => 'mine', relation => 'mine', kind => 'age',
+                age_column => 'created_at', older_than => '30 days', scope => 'public.steal(id)')",
+    )
+    .unwrap();
+    let owner: String = db
+        .query_one(
+            "SELECT owner::text FROM retention.policies WHERE name = 'mine'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        owner, "mallory",
+        "the policy belongs to the role that registered it"
+    );
+
+    let (code, msg) = expect_error(&mut m, "SELECT * FROM retention.preview('mine')");
+    assert_eq!(
+        code, "42501",
+        "preview evaluates the scope as mallory: {msg}"
+    );
+    // The superuser previewing mallory's policy does not lend it its privileges either.
+    let (code, msg) = expect_error(&mut db, "SELECT * FROM retention.preview('mine')");
+    assert_eq!(code, "42501", "{msg}");
+
+    m.batch_execute("CALL retention.run('mine')").unwrap();
+    let (code, msg) = last_error(&mut db, "mine").expect("the failed run is ledgered");
+    assert_eq!(code, "42501", "{msg}");
+    assert!(!msg.contains("SCRAM"), "{msg}");
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM mine"),
+        100,
+        "nothing deleted"
+    );
+}
+
+#[test]
+fn a_hold_predicate_runs_as_its_placer_and_a_failing_hold_blocks_the_batch() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    attacker(&mut db);
+    plant_steal(&c);
+    // The superuser's policy on the superuser's table; mallory places a hold on it.
+    db.batch_execute(
+        "SELECT retention.add_policy(name => 'victim', relation => 'victim', kind => 'age',
+                age_column => 'created_at', older_than => '30 days', batch_size => 10)",
+    )
+    .unwrap();
+    let mut m = connect_as(&c, "mallory");
+    // Without read access to the table a hold cannot even be placed.
+    let (code, _) = expect_error(
+        &mut m,
+        "SELECT retention.place_hold('victim', 'id > 0', 'case', 'mallory')",
+    );
+    assert_eq!(code, "RT101");
+    db.batch_execute("GRANT SELECT ON victim TO mallory")
+        .unwrap();
+    m.batch_execute("SELECT retention.place_hold('victim', 'public.steal(id)', 'case', 'mallory')")
+        .unwrap();
+    let placed_by: String = db
+        .query_one("SELECT placed_by::text FROM retention.holds", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(placed_by, "mallory");
+
+    let (code, msg) = expect_error(&mut db, "SELECT * FROM retention.preview('victim')");
+    assert_eq!(code, "42501", "the hold is evaluated as mallory: {msg}");
+    db.batch_execute("CALL retention.run('victim')").unwrap();
+    let (code, msg) = last_error(&mut db, "victim").expect("the blocked batch is ledgered");
+    assert_eq!(code, "42501", "{msg}");
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM victim"),
+        100,
+        "a hold fails closed"
+    );
+    assert!(
+        !msg.contains("stolen"),
+        "nothing was read for mallory: {msg}"
+    );
+}
+
+#[test]
+fn a_hold_placed_by_another_role_still_protects_its_rows_and_preview_matches_the_run() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE ROLE legal LOGIN IN ROLE retention_admin;
+         CREATE ROLE app LOGIN IN ROLE retention_admin;
+         CREATE TABLE t (id int PRIMARY KEY, tenant int NOT NULL, created_at timestamptz NOT NULL);
+         INSERT INTO t SELECT g, g % 4, now() - interval '90 days' FROM generate_series(1, 1000) g;
+         GRANT SELECT, DELETE ON t TO app;
+         GRANT SELECT ON t TO legal;",
+    )
+    .unwrap();
+    connect_as(&c, "app")
+        .batch_execute(
+            "SELECT retention.add_policy(name => 't', relation => 't', kind => 'age',
+                    age_column => 'created_at', older_than => '30 days', batch_size => 100)",
+        )
+        .unwrap();
+    connect_as(&c, "legal")
+        .batch_execute("SELECT retention.place_hold('t', 'tenant = 1', 'case 7', 'legal')")
+        .unwrap();
+    let mut app = connect_as(&c, "app");
+    let row = app
+        .query_one("SELECT held, would_delete FROM retention.preview('t')", &[])
+        .unwrap();
+    let (held, would_delete): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!((held, would_delete), (250, 750));
+    app.batch_execute("CALL retention.run('t')").unwrap();
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM t"),
+        250,
+        "the run did what preview said"
+    );
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM t WHERE tenant <> 1"),
+        0
+    );
+}
+
+#[test]
+fn the_background_worker_evaluates_predicates_as_their_author() {
+    let c = Cluster::start(&[
+        "pg_retention.enabled = on",
+        "pg_retention.databases = 'postgres'",
+        "pg_retention.naptime = '1h'",
+        "pg_retention.jitter = 0",
+    ]);
+    let mut db = c.connect("postgres");
+    attacker(&mut db);
+    plant_steal(&c);
+    connect_as(&c, "mallory")
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'mine', relation => 'mine', kind => 'age',
+                    age_column => 'created_at', older_than => '30 days', scope => 'public.steal(id)')",
+        )
+        .unwrap();
+    let woken = c.wait_until(Duration::from_secs(30), || {
+        let mut db = c.connect("postgres");
+        db.query_one("SELECT retention.wake()", &[])
+            .map(|r| r.get::<_, bool>(0))
+            .unwrap_or(false)
+    });
+    assert!(woken, "the worker is running");
+    let failed = c.wait_until(Duration::from_secs(30), || {
+        last_error(&mut db, "mine").is_some()
+    });
+    assert!(failed, "the worker ledgers the failed sweep");
+    let (code, msg) = last_error(&mut db, "mine").unwrap_or_default();
+    assert_eq!(code, "42501", "{msg}");
+    assert!(
+        !msg.contains("stolen"),
+        "the worker read nothing for mallory: {msg}"
+    );
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM mine"), 100);
+}
+
+#[test]
+fn an_owner_who_lost_delete_fails_closed_and_the_failure_is_ledgered() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE ROLE app LOGIN IN ROLE retention_admin;
+         CREATE TABLE t (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO t SELECT g, now() - interval '90 days' FROM generate_series(1, 50) g;
+         GRANT SELECT, DELETE ON t TO app;",
+    )
+    .unwrap();
+    connect_as(&c, "app")
+        .batch_execute(
+            "SELECT retention.add_policy(name => 't', relation => 't', kind => 'age',
+                    age_column => 'created_at', older_than => '30 days')",
+        )
+        .unwrap();
+    db.batch_execute("REVOKE DELETE ON t FROM app").unwrap();
+    db.batch_execute("CALL retention.run('t')").unwrap();
+    let (code, msg) = last_error(&mut db, "t").expect("ledgered");
+    assert_eq!(code, "42501");
+    assert!(msg.contains("app"), "names the owner: {msg}");
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM t"),
+        50,
+        "nothing deleted"
+    );
+    // A registration by a role without DELETE is refused outright.
+    db.batch_execute(
+        "CREATE ROLE reader LOGIN IN ROLE retention_admin; GRANT SELECT ON t TO reader;",
+    )
+    .unwrap();
+    let (code, _) = expect_error(
+        &mut connect_as(&c, "reader"),
+        "SELECT retention.add_policy(name => 'r', relation => 't', kind => 'age',
+                age_column => 'created_at', older_than => '30 days')",
+    );
+    assert_eq!(code, "42501");
+}
+
+#[test]
+fn security_definer_functions_pin_a_search_path_without_public() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    let leaky = scalar(
+        &mut db,
+        "SELECT count(*) FROM pg_proc WHERE pronamespace = 'retention'::regnamespace AND prosecdef
+            AND array_to_string(proconfig, ',') LIKE '%public%'",
+    );
+    assert_eq!(leaky, 0);
+    let unpinned: Vec<String> = db
+        .query(
+            "SELECT proname::text FROM pg_proc WHERE pronamespace = 'retention'::regnamespace AND prosecdef
+                AND NOT coalesce(array_to_string(proconfig, ',') LIKE '%search_path=pg_catalog, pg_temp%', false)",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        unpinned.is_empty(),
+        "SECURITY DEFINER without the pinned path: {unpinned:?}"
+    );
+}
+
+#[test]
+fn functions_planted_in_public_and_pg_temp_hijack_nothing() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, status varchar NOT NULL, created_at timestamptz NOT NULL);
+         INSERT INTO t SELECT g, CASE WHEN g % 2 = 0 THEN 'SENT' ELSE 'open' END, now() - interval '90 days'
+           FROM generate_series(1, 100) g;
+         SELECT retention.add_policy(name => 't', relation => 't', kind => 'age', age_column => 'created_at',
+                older_than => '30 days', terminal => $$lower(status) = 'sent'$$);
+         SELECT retention.place_hold('t', $$upper(status) = 'NEVER'$$, 'case', 'legal');",
+    )
+    .unwrap();
+    // Exact-match overloads that would win over pg_catalog's lower(text) for a varchar, and
+    // over format(text, VARIADIC "any") for the names the extension formats, if public or
+    // pg_temp were searched; each raises if it is ever called.
+    db.batch_execute(
+        "CREATE FUNCTION public.lower(varchar) RETURNS text LANGUAGE plpgsql IMMUTABLE AS
+             $$ BEGIN RAISE EXCEPTION 'hijacked through public'; END $$;
+         CREATE FUNCTION public.upper(varchar) RETURNS text LANGUAGE plpgsql IMMUTABLE AS
+             $$ BEGIN RAISE EXCEPTION 'hijacked through public'; END $$;
+         CREATE FUNCTION pg_temp.lower(varchar) RETURNS text LANGUAGE plpgsql IMMUTABLE AS
+             $$ BEGIN RAISE EXCEPTION 'hijacked through pg_temp'; END $$;
+         CREATE FUNCTION public.format(text, name, name) RETURNS text LANGUAGE plpgsql AS
+             $$ BEGIN RAISE EXCEPTION 'hijacked through public'; END $$;",
+    )
+    .unwrap();
+    let would_delete = scalar(&mut db, "SELECT would_delete FROM retention.preview('t')");
+    assert_eq!(would_delete, 50);
+    db.batch_execute("CALL retention.run('t')").unwrap();
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM t"), 50);
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'error'"
+        ),
+        0
+    );
+}
+
+#[test]
+fn a_table_is_archive_class_or_delete_class_never_both() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE audit (id int PRIMARY KEY, state text NOT NULL, closed_at timestamptz);
+         CREATE TABLE outbox (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         SELECT retention.add_policy(name => 'audit', relation => 'audit', kind => 'age',
+                age_column => 'closed_at', older_than => '1 year', terminal => $$state = 'closed'$$,
+                action => 'archive_then_delete');
+         SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age',
+                age_column => 'created_at', older_than => '30 days');",
+    )
+    .unwrap();
+    // A delete policy on an archive-class table.
+    let (code, msg) = expect_error(
+        &mut db,
+        "SELECT retention.add_policy(name => 'purge', relation => 'audit', kind => 'age',
+                age_column => 'closed_at', older_than => '2 years')",
+    );
+    assert_eq!(code, "RT102");
+    assert!(msg.contains("audit"), "names the other policy: {msg}");
+    // An archive policy on a delete-class table (the other order).
+    let (code, msg) = expect_error(
+        &mut db,
+        "SELECT retention.add_policy(name => 'keep', relation => 'outbox', kind => 'age',
+                age_column => 'created_at', older_than => '60 days', terminal => 'true',
+                action => 'archive_then_delete')",
+    );
+    assert_eq!(code, "RT102");
+    assert!(msg.contains("outbox"), "{msg}");
+    // Two policies of one class are fine; altering one to the other class is refused.
+    db.batch_execute(
+        "SELECT retention.add_policy(name => 'outbox2', relation => 'outbox', kind => 'age',
+                age_column => 'created_at', older_than => '60 days')",
+    )
+    .unwrap();
+    let (code, _) = expect_error(
+        &mut db,
+        "SELECT retention.alter_policy('outbox2', terminal => 'true', action => 'archive_then_delete')",
+    );
+    assert_eq!(code, "RT102");
+    let classes: Vec<(String, String, Vec<String>)> = db
+        .query(
+            "SELECT relation::text, class, policies FROM retention.tables ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        classes,
+        vec![
+            ("audit".into(), "archive".into(), vec!["audit".into()]),
+            (
+                "outbox".into(),
+                "delete".into(),
+                vec!["outbox".into(), "outbox2".into()]
+            ),
+        ]
+    );
+}
