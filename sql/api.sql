@@ -30,10 +30,11 @@ $fn$;
 
 -- Why a predicate is unacceptable for a table (NULL when it is fine). Parse and analysis
 -- errors are caught here, in a subtransaction, and returned as their message.
-CREATE FUNCTION retention._predicate_check(rel oid, predicate text, author oid) RETURNS text
+CREATE FUNCTION retention._predicate_check(rel oid, predicate text, author oid, built_in_only boolean)
+RETURNS text
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
-    RETURN retention._predicate_problem(rel, predicate, author);
+    RETURN retention._predicate_problem(rel, predicate, author, built_in_only);
 EXCEPTION WHEN OTHERS THEN
     RETURN SQLERRM;
 END
@@ -493,17 +494,29 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._batch_manifest(batch::text, digest)) $fn$;
 
 CREATE FUNCTION retention.batch_frames(batch uuid) RETURNS SETOF bytea
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT retention._batch_frames(batch::text) $fn$;
+AS $fn$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT f.error, f.frame FROM retention._batch_frames(batch::text) f LOOP
+        IF r.error IS NOT NULL THEN
+            PERFORM retention._result(r.error);
+        END IF;
+        RETURN NEXT r.frame;
+    END LOOP;
+END
+$fn$;
 
 -- The frames of batch_frames concatenated: the slice, in one value (one call, one copy).
 CREATE FUNCTION retention.batch_slice(batch uuid) RETURNS bytea
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT retention._batch_slice(batch::text) $fn$;
+AS $fn$ SELECT CASE WHEN retention._result(s.result) IS NOT NULL THEN s.slice END
+          FROM retention._batch_slice(batch::text) s $fn$;
 
 CREATE FUNCTION retention.extend_lease(batch uuid, lease interval) RETURNS timestamptz
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp

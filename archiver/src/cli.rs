@@ -57,8 +57,9 @@ pub enum Command {
     },
 }
 
-/// Options; `None` means "not given here" so the next source can supply it.
-#[derive(Debug, Default, Clone, Args, Deserialize)]
+/// Options; `None` means "not given here" so the next source can supply it. Its `Debug` shows
+/// no value: it holds credentials (`Settings`'s `Debug` shows the rest, redacted).
+#[derive(Default, Clone, Args, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Options {
     /// TOML file with any of these options (names with underscores).
@@ -66,20 +67,36 @@ pub struct Options {
     #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Database connection, any form tokio-postgres accepts (URL or `host=... dbname=...`).
-    #[arg(long, global = true, env = "PG_RETENTION_DATABASE_URL")]
+    /// May hold a password: its environment value is never shown.
+    #[arg(
+        long,
+        global = true,
+        env = "PG_RETENTION_DATABASE_URL",
+        hide_env_values = true
+    )]
     pub database_url: Option<String>,
     /// Object store URL: file:///path (default file://./archive), s3://bucket/prefix,
     /// gs://bucket/prefix, az://container/prefix, memory://.
-    #[arg(long, global = true, env = "PG_RETENTION_STORE")]
+    #[arg(
+        long,
+        global = true,
+        env = "PG_RETENTION_STORE",
+        hide_env_values = true
+    )]
     pub store: Option<String>,
     /// S3 endpoint (for S3-compatible servers).
-    #[arg(long, global = true, env = "PG_RETENTION_S3_ENDPOINT")]
+    #[arg(
+        long,
+        global = true,
+        env = "PG_RETENTION_S3_ENDPOINT",
+        hide_env_values = true
+    )]
     pub s3_endpoint: Option<String>,
     /// S3 region (default us-east-1).
     #[arg(long, global = true, env = "AWS_REGION")]
     pub s3_region: Option<String>,
-    /// S3 access key id.
-    #[arg(long, global = true, env = "AWS_ACCESS_KEY_ID")]
+    /// S3 access key id (a credential: never shown).
+    #[arg(long, global = true, env = "AWS_ACCESS_KEY_ID", hide_env_values = true)]
     pub s3_access_key_id: Option<String>,
     /// S3 secret access key (never logged).
     #[arg(
@@ -148,5 +165,11 @@ impl Options {
             metrics_addr: self.metrics_addr.or(other.metrics_addr),
             log_format: self.log_format.or(other.log_format),
         }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Options { .. }")
     }
 }

@@ -23,8 +23,8 @@ pub const DEFAULT_STORE: &str = "file://./archive";
 /// Default metrics address (loopback only).
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9187";
 
-/// Everything the archiver runs with.
-#[derive(Debug, Clone)]
+/// Everything the archiver runs with. Its `Debug` redacts the credentials.
+#[derive(Clone)]
 pub struct Settings {
     /// Database connection string (may hold a password: never log it as is).
     pub database_url: Option<String>,
@@ -168,6 +168,32 @@ impl Settings {
             .as_deref()
             .map(redact)
             .unwrap_or_else(|| "(none)".into())
+    }
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("database_url", &self.database_for_logs())
+            .field("store", &self.store)
+            .field("s3_endpoint", &self.s3_endpoint)
+            .field("s3_region", &self.s3_region)
+            .field(
+                "s3_credentials",
+                &self.s3_credentials.as_ref().map(|_| "***"),
+            )
+            .field("request_timeout", &self.request_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_retries", &self.max_retries)
+            .field("retry_timeout", &self.retry_timeout)
+            .field("owner", &self.owner)
+            .field("policies", &self.policies)
+            .field("batch_rows", &self.batch_rows)
+            .field("lease", &self.lease)
+            .field("idle_sleep", &self.idle_sleep)
+            .field("metrics_addr", &self.metrics_addr)
+            .field("json_logs", &self.json_logs)
+            .finish()
     }
 }
 

@@ -130,7 +130,17 @@ impl Store {
 
     /// Writes `bytes` at `key` only if nothing is there. An existing object with the same bytes
     /// is accepted with a warning; one with other bytes is a foreign occupant.
+    ///
+    /// The key is looked at first: an occupant is compared before a single byte is written, so
+    /// a store that does not honour create-only writes (some S3-compatible servers ignore
+    /// `If-None-Match: *`) still never has a foreign object overwritten by us. The conditional
+    /// create stays, for the race with a writer that arrives between the look and the write,
+    /// on the stores that honour it; the read-back digest check after every write is the
+    /// guarantee on all of them.
     pub async fn put_create(&self, key: &str, bytes: Bytes) -> Result<Written> {
+        if self.exists(key).await? {
+            return self.compare_occupant(key, &bytes).await;
+        }
         let path = self.path(key);
         let opts = PutOptions {
             mode: PutMode::Create,
@@ -143,25 +153,30 @@ impl Store {
         {
             Ok(_) => Ok(Written::Created),
             Err(object_store::Error::AlreadyExists { .. }) => {
-                let occupant = self.get(key).await?;
-                if occupant == bytes {
-                    tracing::warn!(
-                        key,
-                        "object already present with identical bytes; accepting it"
-                    );
-                    Ok(Written::AlreadyIdentical)
-                } else {
-                    Err(Error::ForeignOccupant {
-                        key: key.to_owned(),
-                        reason: format!(
-                            "{} bytes there, {} bytes ours, and they differ",
-                            occupant.len(),
-                            bytes.len()
-                        ),
-                    })
-                }
+                self.compare_occupant(key, &bytes).await
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// An object is already at `key`: ours if it holds exactly `bytes`, else foreign.
+    async fn compare_occupant(&self, key: &str, bytes: &Bytes) -> Result<Written> {
+        let occupant = self.get(key).await?;
+        if occupant == *bytes {
+            tracing::warn!(
+                key,
+                "object already present with identical bytes; accepting it"
+            );
+            Ok(Written::AlreadyIdentical)
+        } else {
+            Err(Error::ForeignOccupant {
+                key: key.to_owned(),
+                reason: format!(
+                    "{} bytes there, {} bytes ours, and they differ",
+                    occupant.len(),
+                    bytes.len()
+                ),
+            })
         }
     }
 
@@ -210,6 +225,102 @@ impl Store {
 mod tests {
     use super::*;
     use crate::cli::Options;
+    use futures::stream::BoxStream;
+    use object_store::{
+        GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, PutMultipartOptions,
+        PutResult,
+    };
+
+    /// A store that ignores create-only writes (overwrites whatever is there), as some
+    /// S3-compatible servers do.
+    #[derive(Debug)]
+    struct IgnoresCreateOnly(object_store::memory::InMemory);
+
+    impl std::fmt::Display for IgnoresCreateOnly {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("IgnoresCreateOnly")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for IgnoresCreateOnly {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            mut opts: PutOptions,
+        ) -> object_store::Result<PutResult> {
+            opts.mode = PutMode::Overwrite;
+            self.0.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn MultipartUpload>> {
+            self.0.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: GetOptions,
+        ) -> object_store::Result<GetResult> {
+            self.0.get_opts(location, options).await
+        }
+        async fn delete(&self, location: &Path) -> object_store::Result<()> {
+            self.0.delete(location).await
+        }
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+            self.0.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+        async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+            self.0.copy(from, to).await
+        }
+        async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+            self.0.copy(from, to).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_that_ignores_create_only_never_loses_a_foreign_object() {
+        let s = Store {
+            inner: Arc::new(IgnoresCreateOnly(object_store::memory::InMemory::new())),
+            prefix: "pfx".into(),
+        };
+        s.overwrite("a/b.slice", Bytes::from_static(b"foreign"))
+            .await
+            .unwrap();
+        assert!(matches!(
+            s.put_create("a/b.slice", Bytes::from_static(b"ours")).await,
+            Err(Error::ForeignOccupant { .. })
+        ));
+        assert_eq!(
+            &s.get("a/b.slice").await.unwrap()[..],
+            b"foreign",
+            "the occupant survives"
+        );
+        assert_eq!(
+            s.put_create("a/b.slice", Bytes::from_static(b"foreign"))
+                .await
+                .unwrap(),
+            Written::AlreadyIdentical
+        );
+        assert_eq!(
+            s.put_create("a/c.slice", Bytes::from_static(b"new"))
+                .await
+                .unwrap(),
+            Written::Created
+        );
+    }
 
     fn memory() -> Store {
         let o = Options {

@@ -81,11 +81,16 @@ pub fn run_as<T>(role: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
 /// Refuses to act for a role that no longer exists (its oid would match no privilege at all,
 /// and the error would not say why).
 fn ensure_role_exists(role: u32) -> Result<()> {
-    let exists = Spi::get_one_with_args::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE oid = $1::bigint::oid)",
-        &[i64::from(role).into()],
-    )?
-    .unwrap_or(false);
+    // Safety: a syscache probe by oid; it reads the catalog cache and raises nothing.
+    let exists = unsafe {
+        pg_sys::SearchSysCacheExists(
+            pg_sys::SysCacheIdentifier::AUTHOID as i32,
+            pg_sys::Datum::from(pg_sys::Oid::from(role)),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+        )
+    };
     if exists {
         Ok(())
     } else {
@@ -109,22 +114,55 @@ pub fn role_name(role: u32) -> String {
     }
 }
 
-/// Refuses (42501) when `owner` may no longer SELECT and DELETE from the table `relation`
-/// (`table` names it): a policy runs with its owner's privileges or not at all.
-pub fn ensure_may_delete(owner: u32, relation: u32, table: &str, policy: &str) -> Result<()> {
-    let (may_select, may_delete) = Spi::get_two_with_args::<bool, bool>(
-        "SELECT pg_catalog.has_table_privilege($1::bigint::oid, $2::bigint::oid, 'SELECT'),
-                pg_catalog.has_table_privilege($1::bigint::oid, $2::bigint::oid, 'DELETE')",
-        &[i64::from(owner).into(), i64::from(relation).into()],
-    )?;
-    if may_select == Some(true) && may_delete == Some(true) {
-        return Ok(());
+/// What a policy's owner needs on its table: SELECT and DELETE (the sweep reads and deletes as
+/// the owner), and for an archive policy UPDATE as well (a claim locks its rows `FOR UPDATE`,
+/// which PostgreSQL allows only to roles that may update them).
+pub fn privileges_needed(archive: bool) -> &'static [&'static str] {
+    if archive {
+        &["SELECT", "UPDATE", "DELETE"]
+    } else {
+        &["SELECT", "DELETE"]
     }
-    Err(RetentionError::OwnerPrivilege {
-        policy: policy.to_owned(),
-        owner: role_name(owner),
-        relation: table.to_owned(),
-    })
+}
+
+/// The first privilege of [`privileges_needed`] that `role` lacks on table `relation`.
+pub fn missing_privilege(role: u32, relation: u32, archive: bool) -> Result<Option<&'static str>> {
+    for &privilege in privileges_needed(archive) {
+        let has = Spi::get_one_with_args::<bool>(
+            "SELECT pg_catalog.has_table_privilege($1::bigint::oid, $2::bigint::oid, $3)",
+            &[
+                i64::from(role).into(),
+                i64::from(relation).into(),
+                privilege.into(),
+            ],
+        )?
+        .unwrap_or(false);
+        if !has {
+            return Ok(Some(privilege));
+        }
+    }
+    Ok(None)
+}
+
+/// Refuses (42501) when a policy's `owner` lost a privilege the policy runs with on its table
+/// `relation` (`table` names it): a policy runs with its owner's privileges or not at all.
+pub fn ensure_owner_privileges(
+    owner: u32,
+    relation: u32,
+    table: &str,
+    policy: &str,
+    archive: bool,
+) -> Result<()> {
+    ensure_role_exists(owner)?;
+    match missing_privilege(owner, relation, archive)? {
+        None => Ok(()),
+        Some(privilege) => Err(RetentionError::OwnerPrivilege {
+            policy: policy.to_owned(),
+            owner: role_name(owner),
+            privilege: privilege.to_owned(),
+            relation: table.to_owned(),
+        }),
+    }
 }
 
 /// Whether `row` (a row of a table, as a composite value) satisfies `predicate` when `role`

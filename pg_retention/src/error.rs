@@ -86,10 +86,11 @@ pub enum RetentionError {
     #[error("{message}")]
     Privilege { message: String, hint: String },
     /// A policy's owner lost a privilege the policy runs with (42501).
-    #[error("policy {policy} cannot run: its owner {owner} may no longer SELECT and DELETE from {relation}")]
+    #[error("policy {policy} cannot run: its owner {owner} lacks {privilege} on {relation}")]
     OwnerPrivilege {
         policy: String,
         owner: String,
+        privilege: String,
         relation: String,
     },
     /// A table would be governed by policies of both classes, archive and delete (RT102).
@@ -100,6 +101,9 @@ pub enum RetentionError {
         other: String,
         action: String,
     },
+    /// A required argument was NULL (22004).
+    #[error("{0} must not be NULL")]
+    NullArgument(&'static str),
     /// An internal SPI failure (XX000).
     #[error("internal error: {0}")]
     Internal(String),
@@ -149,6 +153,7 @@ impl RetentionError {
             RetentionError::WrongState { .. } => "55000",
             RetentionError::Privilege { .. } | RetentionError::OwnerPrivilege { .. } => "42501",
             RetentionError::ClassConflict { .. } => "RT102",
+            RetentionError::NullArgument(_) => "22004",
             RetentionError::Internal(_) => "XX000",
         }
     }
@@ -214,11 +219,12 @@ impl RetentionError {
                 Some("Use retention.alter_policy to change it, or choose another name.".into())
             }
             RetentionError::OwnerPrivilege { .. } => Some(
-                "Grant the owner SELECT and DELETE on the table again, or alter the policy as a role that has them (the policy then belongs to that role).".into(),
+                "Grant the owner the privilege again (a policy needs SELECT and DELETE on its table, an archive policy UPDATE too), or alter the policy as a role that has them (the policy then belongs to that role).".into(),
             ),
             RetentionError::ClassConflict { other, .. } => Some(format!(
                 "Drop or alter policy {other} first, or give this policy the same action."
             )),
+            RetentionError::NullArgument(_) => Some("Pass a value; NULL means nothing here.".into()),
             RetentionError::Internal(_) => None,
         }
     }
@@ -256,6 +262,12 @@ pub fn outcome<T: serde::Serialize>(result: Result<T>) -> pgrx::JsonB {
             "code": e.sqlstate(), "message": e.to_string(), "detail": e.detail(), "hint": e.hint() } }),
     };
     pgrx::JsonB(value)
+}
+
+/// The value of a required argument of a function that also takes optional ones (and so cannot
+/// be STRICT), or 22004 naming it.
+pub fn required<T>(value: Option<T>, name: &'static str) -> Result<T> {
+    value.ok_or(RetentionError::NullArgument(name))
 }
 
 /// Turns a `Result` into its value or a Postgres ERROR.

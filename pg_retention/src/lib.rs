@@ -14,6 +14,7 @@ mod error;
 mod guard;
 mod gucs;
 mod sql_text;
+mod subxact;
 mod tid;
 mod worker;
 

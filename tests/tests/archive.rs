@@ -749,3 +749,43 @@ fn the_archiver_role_runs_the_protocol_and_nothing_else() {
     let (code, _) = expect_error(&mut db, "SELECT retention.claim_batch('audit')");
     assert_eq!(code, "42501", "only the archiver role may claim");
 }
+
+#[test]
+fn a_refused_prune_undoes_its_own_deletes_even_when_its_caller_does_not_raise() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 200);
+    let batch = claim(&mut db, 50).expect("a batch");
+    let (_, digest, rows, bytes) = slice(&mut db, &batch);
+    let before = scalar(&mut db, "SELECT count(*) FROM audit");
+    // The internal function returns its refusal as a value; nothing here raises it, and the
+    // transaction commits.
+    let mut tx = db.transaction().unwrap();
+    let result: String = tx
+        .query_one(
+            "SELECT retention._complete_batch($1, 'test/x', $2, $3, $4, NULL)::text",
+            &[&batch, &format!("{digest}00"), &rows, &bytes],
+        )
+        .unwrap()
+        .get(0);
+    assert!(result.contains("RT502"), "refused: {result}");
+    let inside: i64 = tx
+        .query_one("SELECT count(*) FROM audit", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        inside, before,
+        "the deletes are already undone inside the transaction"
+    );
+    tx.commit().unwrap();
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), before);
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.archives"),
+        0
+    );
+    // The batch is still claimed and completes with the right digest.
+    assert_eq!(
+        complete(&mut db, &batch, &digest, rows, bytes).unwrap(),
+        rows
+    );
+}

@@ -686,3 +686,79 @@ fn a_hold_placed_mid_batch_keeps_its_rows() {
     assert_nothing_lost(&mut db);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn help_never_shows_credentials_from_the_environment() {
+    let out = std::process::Command::new(pg_retention_integration::archiver::binary())
+        .arg("--help")
+        .env(
+            "PG_RETENTION_DATABASE_URL",
+            "postgres://archiver:db-sekret@db.example/app",
+        )
+        .env("AWS_ACCESS_KEY_ID", "AKIA-key-sekret")
+        .env("AWS_SECRET_ACCESS_KEY", "aws-sekret")
+        .env(
+            "PG_RETENTION_S3_ENDPOINT",
+            "https://u:endpoint-sekret@s3.example",
+        )
+        .env("PG_RETENTION_STORE", "s3://bucket/prefix")
+        .output()
+        .expect("run --help");
+    let help =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{help}");
+    assert!(
+        help.contains("PG_RETENTION_DATABASE_URL"),
+        "the variables are still named: {help}"
+    );
+    assert!(
+        !help.contains("sekret"),
+        "--help shows a credential: {help}"
+    );
+}
+
+#[test]
+fn restore_refuses_a_manifest_whose_column_type_is_not_a_type() {
+    let c = Cluster::start(&[]);
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.url("postgres"), &url);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 300);
+    let o = a.run(&["once"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let key = slice_keys(&a).into_iter().next().expect("a slice");
+    let manifest_key = match key.strip_suffix(".slice") {
+        Some(stem) => format!("{stem}.manifest.json"),
+        None => key.clone(),
+    };
+    let manifest_path = dir.join(manifest_key);
+    let manifest = std::fs::read_to_string(&manifest_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", manifest_path.display()));
+    for hostile in [
+        "int CHECK (pg_sleep(5) IS NOT NULL)",
+        "int); DROP TABLE audit; --",
+        "no_such_type",
+        "numeric(pg_sleep(5))",
+    ] {
+        let mut m: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+        m["columns"][0]["type"] = serde_json::Value::String(hostile.into());
+        std::fs::write(&manifest_path, serde_json::to_vec(&m).unwrap()).unwrap();
+        let started = std::time::Instant::now();
+        let o = a.run(&["restore", &key, "--into", "public.restored"]);
+        assert!(!o.status.success(), "{hostile}: {}", text(&o));
+        assert!(text(&o).contains("not a type"), "{hostile}: {}", text(&o));
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{hostile} ran"
+        );
+        assert_eq!(
+            scalar(
+                &mut db,
+                "SELECT count(*) FROM pg_class WHERE relname = 'restored'"
+            ),
+            0,
+            "no DDL ran for {hostile}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

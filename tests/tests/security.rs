@@ -253,6 +253,14 @@ fn an_owner_who_lost_delete_fails_closed_and_the_failure_is_ledgered() {
         50,
         "nothing deleted"
     );
+    // A dropped owner fails the same way.
+    db.batch_execute("REVOKE ALL ON t FROM app; DROP ROLE app")
+        .unwrap();
+    db.batch_execute("CALL retention.run('t')").unwrap();
+    let (code, msg) = last_error(&mut db, "t").expect("ledgered");
+    assert_eq!(code, "42501");
+    assert!(msg.contains("no longer exists"), "{msg}");
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM t"), 50);
     // A registration by a role without DELETE is refused outright.
     db.batch_execute(
         "CREATE ROLE reader LOGIN IN ROLE retention_admin; GRANT SELECT ON t TO reader;",
@@ -394,4 +402,93 @@ fn a_table_is_archive_class_or_delete_class_never_both() {
             ),
         ]
     );
+}
+
+#[test]
+fn an_archive_policy_claims_renders_and_prunes_as_its_owner() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE ROLE auditor LOGIN IN ROLE retention_admin;
+         CREATE TABLE audit (id int PRIMARY KEY, state text NOT NULL, closed_at timestamptz);
+         INSERT INTO audit SELECT g, 'closed', now() - interval '90 days' FROM generate_series(1, 100) g;
+         GRANT SELECT, DELETE ON audit TO auditor;",
+    )
+    .unwrap();
+    let mut auditor = connect_as(&c, "auditor");
+    let register =
+        "SELECT retention.add_policy(name => 'audit', relation => 'audit', kind => 'age',
+            age_column => 'closed_at', older_than => '30 days', terminal => $$state = 'closed'$$,
+            action => 'archive_then_delete')";
+    // Claims lock their rows FOR UPDATE, which takes UPDATE.
+    let (code, msg) = expect_error(&mut auditor, register);
+    assert_eq!(code, "42501");
+    assert!(msg.contains("UPDATE"), "{msg}");
+    db.batch_execute("GRANT UPDATE ON audit TO auditor")
+        .unwrap();
+    auditor.batch_execute(register).unwrap();
+    // The guard trigger evaluates as the owner, whoever updates.
+    let (code, _) = expect_error(&mut db, "UPDATE audit SET state = 'open' WHERE id = 1");
+    assert_eq!(code, "RT501");
+    let batch: String = db
+        .query_one("SELECT retention.claim_batch('audit', 40)::text", &[])
+        .unwrap()
+        .get(0);
+    let frames: Vec<Vec<u8>> = db
+        .query(
+            "SELECT f FROM retention.batch_frames($1::text::uuid) f",
+            &[&batch],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let (digest, rows, bytes) = pg_retention_format::summarize(frames.iter().map(Vec::as_slice));
+    let deleted: i64 = db
+        .query_one(
+            "SELECT retention.complete_batch($1::text::uuid, 'k/' || $1, $2, $3, $4)",
+            &[&batch, &digest, &(rows as i64), &(bytes as i64)],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(deleted, 40);
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), 60);
+    // The owner loses DELETE: the next claim fails closed.
+    db.batch_execute("REVOKE DELETE ON audit FROM auditor")
+        .unwrap();
+    let (code, msg) = expect_error(&mut db, "SELECT retention.claim_batch('audit', 40)");
+    assert_eq!(code, "42501", "{msg}");
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), 60);
+}
+
+#[test]
+fn an_archive_terminal_on_a_table_the_author_does_not_own_calls_only_built_in_functions() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    attacker(&mut db);
+    plant_steal(&c);
+    db.batch_execute(
+        "CREATE TABLE journal (id int PRIMARY KEY, state text NOT NULL, closed_at timestamptz);
+         GRANT SELECT, UPDATE, DELETE ON journal TO mallory;",
+    )
+    .unwrap();
+    let mut m = connect_as(&c, "mallory");
+    // The terminal predicate becomes the table's CHECK constraint, which every writer
+    // evaluates as themselves: mallory's function would run as whoever inserts.
+    let (code, msg) = expect_error(
+        &mut m,
+        "SELECT retention.add_policy(name => 'journal', relation => 'journal', kind => 'age',
+                age_column => 'closed_at', older_than => '30 days',
+                terminal => $$state = 'closed' AND public.steal(id)$$, action => 'archive_then_delete')",
+    );
+    assert_eq!(code, "RT101");
+    assert!(msg.contains("built into PostgreSQL"), "{msg}");
+    m.batch_execute(
+        "SELECT retention.add_policy(name => 'journal', relation => 'journal', kind => 'age',
+                age_column => 'closed_at', older_than => '30 days',
+                terminal => $$lower(state) = 'closed'$$, action => 'archive_then_delete')",
+    )
+    .unwrap();
+    db.batch_execute("INSERT INTO journal VALUES (1, 'closed', now())")
+        .unwrap();
 }

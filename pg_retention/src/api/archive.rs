@@ -3,14 +3,26 @@
 //! bytes in every session) and raise our typed errors.
 
 use crate::archive::batch;
-use crate::error::{outcome, OrReport};
+use crate::error::{outcome, required};
 use pgrx::prelude::*;
 
 /// Claims a batch; `{"ok": uuid-or-null}`.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _claim_batch(policy: &str, max_rows: i32, lease: &str, owner: Option<&str>) -> pgrx::JsonB {
-    outcome(batch::claim(policy, max_rows, lease, owner))
+fn _claim_batch(
+    policy: Option<&str>,
+    max_rows: Option<i32>,
+    lease: Option<&str>,
+    owner: Option<&str>,
+) -> pgrx::JsonB {
+    outcome((|| {
+        batch::claim(
+            required(policy, "policy")?,
+            required(max_rows, "max_rows")?,
+            required(lease, "lease")?,
+            owner,
+        )
+    })())
 }
 
 /// Claims a batch and renders its slice from the rows the claim read: one row of
@@ -18,13 +30,22 @@ fn _claim_batch(policy: &str, max_rows: i32, lease: &str, owner: Option<&str>) -
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _claim_slice(
-    policy: &str,
-    max_rows: i32,
-    lease: &str,
+    policy: Option<&str>,
+    max_rows: Option<i32>,
+    lease: Option<&str>,
     owner: Option<&str>,
-    resume: bool,
+    resume: Option<bool>,
 ) -> TableIterator<'static, (name!(result, pgrx::JsonB), name!(slice, Option<Vec<u8>>))> {
-    let (result, slice) = match batch::claim_with_slice(policy, max_rows, lease, owner, resume) {
+    let claimed = (|| {
+        batch::claim_with_slice(
+            required(policy, "policy")?,
+            required(max_rows, "max_rows")?,
+            required(lease, "lease")?,
+            owner,
+            required(resume, "resume")?,
+        )
+    })();
+    let (result, slice) = match claimed {
         Ok(Some((batch, slice))) => (outcome(Ok(Some(batch))), Some(slice)),
         Ok(None) => (outcome(Ok(None::<String>)), None),
         Err(e) => (outcome(Err::<(), _>(e)), None),
@@ -39,18 +60,38 @@ fn _batch_manifest(batch: &str, digest: bool) -> pgrx::JsonB {
     outcome(batch::manifest(batch, digest))
 }
 
-/// The frames of a batch, in key order.
+/// The frames of a batch, in key order: rows of (NULL, frame), or one row of (`{"error": …}`,
+/// NULL) that `retention.batch_frames` raises with its own SQLSTATE (raised here, an RT code
+/// would come out as XX000).
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _batch_frames(batch: &str) -> SetOfIterator<'static, Vec<u8>> {
-    SetOfIterator::new(batch::batch_frames(batch).or_report())
+fn _batch_frames(
+    batch: &str,
+) -> TableIterator<
+    'static,
+    (
+        name!(error, Option<pgrx::JsonB>),
+        name!(frame, Option<Vec<u8>>),
+    ),
+> {
+    match batch::batch_frames(batch) {
+        Ok(frames) => TableIterator::new(frames.into_iter().map(|f| (None, Some(f)))),
+        Err(e) => TableIterator::once((Some(outcome(Err::<(), _>(e))), None)),
+    }
 }
 
-/// The slice of a batch: its frames in key order, concatenated.
+/// The slice of a batch (its frames in key order, concatenated): one row of (`{"ok": null}`,
+/// slice) or (`{"error": …}`, NULL), raised by `retention.batch_slice`.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _batch_slice(batch: &str) -> Vec<u8> {
-    batch::batch_slice(batch).or_report()
+fn _batch_slice(
+    batch: &str,
+) -> TableIterator<'static, (name!(result, pgrx::JsonB), name!(slice, Option<Vec<u8>>))> {
+    let (result, slice) = match batch::batch_slice(batch) {
+        Ok(slice) => (outcome(Ok(())), Some(slice)),
+        Err(e) => (outcome(Err::<(), _>(e)), None),
+    };
+    TableIterator::once((result, slice))
 }
 
 /// Extends a lease; `{"ok": new end}`.
@@ -67,20 +108,26 @@ fn _release_batch(batch: &str, reason: &str) -> pgrx::JsonB {
     outcome(batch::release(batch, reason))
 }
 
-/// Verifies and prunes a batch; `{"ok": rows deleted}`. It deletes before it verifies: an
-/// error comes back as a value, and only `retention._result` raising it (what
-/// `retention.complete_batch` does, in the same statement) rolls the deletes back.
+/// Verifies and prunes a batch; `{"ok": rows deleted}` or `{"error": …}`. A refused prune has
+/// already undone its deletes (a subtransaction) when its error comes back as a value.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _complete_batch(
-    batch: &str,
-    object_key: &str,
-    blake3: &str,
-    rows: i64,
-    bytes: i64,
+    batch: Option<&str>,
+    object_key: Option<&str>,
+    blake3: Option<&str>,
+    rows: Option<i64>,
+    bytes: Option<i64>,
     owner: Option<&str>,
 ) -> pgrx::JsonB {
-    outcome(batch::complete(
-        batch, object_key, blake3, rows, bytes, owner,
-    ))
+    outcome((|| {
+        batch::complete(
+            required(batch, "batch")?,
+            required(object_key, "object_key")?,
+            required(blake3, "blake3")?,
+            required(rows, "rows")?,
+            required(bytes, "bytes")?,
+            owner,
+        )
+    })())
 }

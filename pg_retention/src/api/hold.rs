@@ -21,7 +21,7 @@ fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i6
     non_empty(reason, "reason")?;
     non_empty(actor, "actor")?;
     let rel = RelationInfo::load(relation, &format!("oid {relation}"))?;
-    check_predicate(&rel, predicate, "hold", caller_oid())?;
+    check_predicate(&rel, predicate, "hold", caller_oid(), false)?;
     let id = Spi::get_one_with_args::<i64>(
         "INSERT INTO retention.hold_records (relation, relation_name, predicate, reason, actor, placed_by)
          VALUES ($1::bigint::oid, $2, $3, $4, $5, $6::bigint::oid) RETURNING id",
@@ -109,11 +109,16 @@ fn _predicate_problem(
     relation: pg_sys::Oid,
     predicate: &str,
     author: pg_sys::Oid,
+    built_in_only: bool,
 ) -> Option<String> {
     let rel =
         RelationInfo::load(relation.to_u32(), &format!("oid {}", relation.to_u32())).or_report();
     crate::author::run_as(author.to_u32(), || {
-        Ok(crate::engine::predicate::problem(&rel.qualified, predicate))
+        Ok(crate::engine::predicate::problem(
+            &rel.qualified,
+            predicate,
+            built_in_only,
+        ))
     })
     .or_report()
 }

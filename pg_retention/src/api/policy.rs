@@ -166,11 +166,31 @@ fn append_version(
     version.ok_or_else(|| RetentionError::Internal("policy version insert returned nothing".into()))
 }
 
+/// The fields `add_policy` (and, for `name`, `alter_policy`) cannot do without.
+const REQUIRED_TO_ADD: [&str; 6] = [
+    "name",
+    "relation",
+    "kind",
+    "action",
+    "batch_size",
+    "max_rows_per_run",
+];
+
 fn define(change: &str, spec: Value) -> Result<i64> {
+    let required: &[&'static str] = if change == "add" {
+        &REQUIRED_TO_ADD
+    } else {
+        &REQUIRED_TO_ADD[..1]
+    };
+    for &field in required {
+        if spec.get(field).is_none_or(Value::is_null) {
+            return Err(RetentionError::NullArgument(field));
+        }
+    }
     let name = spec
         .get("name")
         .and_then(Value::as_str)
-        .unwrap_or_default()
+        .ok_or(RetentionError::NullArgument("name"))?
         .to_owned();
     match change {
         "add" => {

@@ -3,11 +3,18 @@
 
 use crate::catalog::prepared;
 use crate::engine::sweep::{self, SweepState};
-use crate::error::{OrReport, Result};
+use crate::error::{required, OrReport, Result, RetentionError};
 use pgrx::prelude::*;
 
+/// A run's state as `_sweep_start` returned it; anything else is refused (22023).
 fn decode(state: pgrx::JsonB) -> Result<SweepState> {
-    Ok(serde_json::from_value(state.0)?)
+    serde_json::from_value(state.0).map_err(|e| {
+        RetentionError::invalid(
+            "not a sweep state",
+            format!("The state could not be read: {e}."),
+            "Pass the value retention._sweep_start or the previous step returned.",
+        )
+    })
 }
 
 fn encode(state: SweepState) -> Result<pgrx::JsonB> {
@@ -17,10 +24,20 @@ fn encode(state: SweepState) -> Result<pgrx::JsonB> {
 /// Starts a run of one policy.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _sweep_start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> pgrx::JsonB {
-    sweep::start(policy_id, actor, cycle_remaining)
-        .and_then(encode)
-        .or_report()
+fn _sweep_start(
+    policy_id: Option<i64>,
+    actor: Option<&str>,
+    cycle_remaining: Option<i64>,
+) -> pgrx::JsonB {
+    (|| {
+        sweep::start(
+            required(policy_id, "policy_id")?,
+            required(actor, "actor")?,
+            cycle_remaining,
+        )
+    })()
+    .and_then(encode)
+    .or_report()
 }
 
 /// Runs one batch; the caller commits afterwards.

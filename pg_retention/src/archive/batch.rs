@@ -201,7 +201,13 @@ fn claim_rendering(
     }
     expire_leases(&policy)?;
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
-    crate::author::ensure_may_delete(policy.owner, rel.oid, &rel.qualified, &policy.name)?;
+    crate::author::ensure_owner_privileges(
+        policy.owner,
+        rel.oid,
+        &rel.qualified,
+        &policy.name,
+        true,
+    )?;
     let holds = active_holds(policy.relation)?;
     let elig = Eligibility::new(&policy, &rel, &holds)?;
     if elig.kind() != Kind::Age {
@@ -579,8 +585,21 @@ pub fn release(id: &str, reason: &str) -> Result<bool> {
 }
 
 /// Verifies and prunes a batch in the caller's transaction. Returns rows deleted; 0 for a
-/// batch that was already completed.
+/// batch that was already completed. It deletes first and checks after, inside a
+/// subtransaction: a refused prune undoes its own deletes before the error comes back, so no
+/// caller can commit one.
 pub fn complete(
+    id: &str,
+    object_key: &str,
+    blake3: &str,
+    rows: i64,
+    bytes: i64,
+    owner: Option<&str>,
+) -> Result<i64> {
+    crate::subxact::atomically(|| prune_verified(id, object_key, blake3, rows, bytes, owner))
+}
+
+fn prune_verified(
     id: &str,
     object_key: &str,
     blake3: &str,
@@ -616,7 +635,13 @@ pub fn complete(
         ));
     }
     let (policy, rel) = batch_policy(&b)?;
-    crate::author::ensure_may_delete(policy.owner, rel.oid, &rel.qualified, &policy.name)?;
+    crate::author::ensure_owner_privileges(
+        policy.owner,
+        rel.oid,
+        &rel.qualified,
+        &policy.name,
+        true,
+    )?;
     let (keys, ctids) = batch_keys(&b.id)?;
     // Delete the batch's rows that are still eligible and that no hold and no reference keeps,
     // returning them as they were, with the same hold fence as the sweep: a hold placed while

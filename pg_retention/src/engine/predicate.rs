@@ -11,9 +11,11 @@ use pgrx::PgList;
 use std::ffi::CString;
 
 /// Prepares `SELECT (<predicate>) FROM ONLY <table> t` and returns why the predicate
-/// is not acceptable, or None when it is. Parse and analysis errors propagate as Postgres
-/// errors; `retention._check_predicate` turns them into RT101.
-pub fn problem(qualified_table: &str, predicate: &str) -> Option<String> {
+/// is not acceptable, or None when it is. With `built_in_only`, a predicate that calls any
+/// function (or operator, or type I/O) not built into PostgreSQL is refused too. Parse and
+/// analysis errors propagate as Postgres errors; `retention._predicate_check` turns them into
+/// RT101.
+pub fn problem(qualified_table: &str, predicate: &str, built_in_only: bool) -> Option<String> {
     if predicate.trim().is_empty() {
         return Some("the predicate is empty".into());
     }
@@ -41,7 +43,7 @@ pub fn problem(qualified_table: &str, predicate: &str) -> Option<String> {
             } else {
                 sources
                     .get_ptr(0)
-                    .and_then(|src| inspect_queries((*src).query_list))
+                    .and_then(|src| inspect_queries((*src).query_list, built_in_only))
             };
             pg_sys::SPI_freeplan(plan);
             verdict
@@ -59,7 +61,7 @@ pub fn problem(qualified_table: &str, predicate: &str) -> Option<String> {
 }
 
 /// Safety: `list` must be a valid List of Query nodes.
-unsafe fn inspect_queries(list: *mut pg_sys::List) -> Option<String> {
+unsafe fn inspect_queries(list: *mut pg_sys::List, built_in_only: bool) -> Option<String> {
     let queries = PgList::<pg_sys::Query>::from_pg(list);
     if queries.len() != 1 {
         return Some("the predicate must be a single expression".into());
@@ -97,5 +99,36 @@ unsafe fn inspect_queries(list: *mut pg_sys::List) -> Option<String> {
                 .into(),
         );
     }
+    if built_in_only && calls_user_code(q.targetList.cast()) {
+        return Some(
+            "only functions built into PostgreSQL may be called here: this predicate becomes part of a CHECK constraint that every writer of the table evaluates with their own privileges"
+                .into(),
+        );
+    }
     None
+}
+
+/// True for a function that is not built into PostgreSQL.
+unsafe extern "C-unwind" fn user_function(func_id: pg_sys::Oid, _: *mut std::ffi::c_void) -> bool {
+    func_id.to_u32() >= pg_sys::FirstNormalObjectId
+}
+
+/// Walks an expression tree: true when any node calls a user function (directly, through an
+/// operator, a cast or a type's I/O).
+unsafe extern "C-unwind" fn user_code_walker(
+    node: *mut pg_sys::Node,
+    context: *mut std::ffi::c_void,
+) -> bool {
+    if node.is_null() {
+        return false;
+    }
+    if pg_sys::check_functions_in_node(node, Some(user_function), context) {
+        return true;
+    }
+    pg_sys::expression_tree_walker(node, Some(user_code_walker), context)
+}
+
+/// Safety: `node` must be a valid expression tree (here, an analysed target list).
+unsafe fn calls_user_code(node: *mut pg_sys::Node) -> bool {
+    user_code_walker(node, std::ptr::null_mut())
 }

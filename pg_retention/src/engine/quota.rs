@@ -7,6 +7,7 @@
 //! * the bound of an index batch: its DELETE looks up once the age of the first eligible row
 //!   past the batch and hands it to `retention._batch_bound`.
 
+use crate::error::OrReport;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -65,7 +66,8 @@ thread_local! {
 /// `n`, or NULL when no more than `n` eligible rows are left. Called once per statement, from
 /// the bound's subquery; always true.
 #[pg_extern(volatile, parallel_unsafe)]
-fn _batch_bound(token: i64, next: Option<&str>) -> bool {
+fn _batch_bound(token: Option<i64>, next: Option<&str>) -> bool {
+    let token = crate::error::required(token, "token").or_report();
     BOUND.with(|b| *b.borrow_mut() = Some((token, next.map(str::to_owned))));
     true
 }
