@@ -290,6 +290,101 @@ mod tests {
         }
     }
 
+    /// A store whose `head` misses every object: what the archiver sees when another writer
+    /// puts an object between its look and its write.
+    #[derive(Debug)]
+    struct WriterArrivesAfterTheLook(object_store::memory::InMemory);
+
+    impl std::fmt::Display for WriterArrivesAfterTheLook {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("WriterArrivesAfterTheLook")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for WriterArrivesAfterTheLook {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<PutResult> {
+            self.0.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn MultipartUpload>> {
+            self.0.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: GetOptions,
+        ) -> object_store::Result<GetResult> {
+            if options.head {
+                return Err(object_store::Error::NotFound {
+                    path: location.to_string(),
+                    source: "not there yet".into(),
+                });
+            }
+            self.0.get_opts(location, options).await
+        }
+        async fn delete(&self, location: &Path) -> object_store::Result<()> {
+            self.0.delete(location).await
+        }
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+            self.0.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<ListResult> {
+            self.0.list_with_delimiter(prefix).await
+        }
+        async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+            self.0.copy(from, to).await
+        }
+        async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
+            self.0.copy_if_not_exists(from, to).await
+        }
+    }
+
+    #[tokio::test]
+    async fn the_conditional_create_still_refuses_a_writer_that_came_after_the_look() {
+        let s = Store {
+            inner: Arc::new(WriterArrivesAfterTheLook(
+                object_store::memory::InMemory::new(),
+            )),
+            prefix: String::new(),
+        };
+        s.overwrite("a/b.slice", Bytes::from_static(b"foreign"))
+            .await
+            .unwrap();
+        assert!(!s.exists("a/b.slice").await.unwrap(), "the look misses it");
+        assert!(matches!(
+            s.put_create("a/b.slice", Bytes::from_static(b"ours")).await,
+            Err(Error::ForeignOccupant { .. })
+        ));
+        assert_eq!(&s.get("a/b.slice").await.unwrap()[..], b"foreign");
+    }
+
+    #[test]
+    fn a_bucket_url_splits_into_bucket_and_prefix() {
+        assert_eq!(
+            split_bucket("archive/pg/x/"),
+            ("archive".to_string(), "pg/x".to_string())
+        );
+        assert_eq!(
+            split_bucket("archive"),
+            ("archive".to_string(), String::new())
+        );
+    }
+
     #[tokio::test]
     async fn a_store_that_ignores_create_only_never_loses_a_foreign_object() {
         let s = Store {

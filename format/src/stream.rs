@@ -64,18 +64,10 @@ impl StreamDecoder {
     }
 }
 
-/// Re-bases an error from a single-frame decode onto the slice offset.
+/// Re-bases an error from a single-frame decode onto the slice offset. Only a malformed body
+/// can come from decoding one whole frame: `push` checked its length and has all its bytes.
 fn shift(e: FormatError, base: usize) -> FormatError {
     match e {
-        FormatError::Truncated { offset, needed } => FormatError::Truncated {
-            offset: offset + base,
-            needed,
-        },
-        FormatError::Oversized { offset, len, max } => FormatError::Oversized {
-            offset: offset + base,
-            len,
-            max,
-        },
         FormatError::Malformed { offset, reason } => FormatError::Malformed {
             offset: offset + base,
             reason,

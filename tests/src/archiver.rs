@@ -3,22 +3,25 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
-/// The archiver binary built for this workspace (built on demand when missing).
+/// The archiver binary built for this workspace: `cargo build` runs once per test process, so
+/// the binary is never older than the sources (a no-op when it is up to date).
 pub fn binary() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let bin = target.join("debug").join("pg-retention-archiver");
-    if !bin.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "pg-retention-archiver"])
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "building the archiver failed");
-    }
-    bin
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join("target"));
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "-q", "-p", "pg-retention-archiver"])
+                .current_dir(&root)
+                .status()
+                .expect("run cargo build");
+            assert!(status.success(), "building the archiver failed");
+            target.join("debug").join("pg-retention-archiver")
+        })
+        .clone()
 }
 
 /// A configured archiver invocation.

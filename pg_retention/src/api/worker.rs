@@ -42,13 +42,7 @@ fn overdue(policy_id: i64, grace: &str) -> Result<Option<String>> {
     )?;
     let holds = active_holds(policy.relation)?;
     let elig = Eligibility::new(&policy, &rel, &holds)?;
-    let n = elig.as_owner(|| {
-        Ok(Spi::get_one::<i64>(&format!(
-            "SELECT count(*) FROM ({}) e",
-            elig.rows(Guards::ALL)
-        ))?
-        .unwrap_or(0))
-    })?;
+    let n = elig.count(Guards::ALL)?;
     Ok((n > 0).then(|| format!("{n} deletable rows are older than the window plus a grace of {grace} (backlog past window)")))
 }
 

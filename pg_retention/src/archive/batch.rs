@@ -59,6 +59,17 @@ fn batch_policy(b: &Batch) -> Result<(Policy, RelationInfo)> {
     Ok((policy, rel))
 }
 
+/// Refuses (42501) to claim or prune for a policy whose owner lost a privilege it runs with.
+fn owner_may_archive(policy: &Policy, rel: &RelationInfo) -> Result<()> {
+    crate::author::ensure_owner_privileges(
+        policy.owner,
+        rel.oid,
+        &rel.qualified,
+        &policy.name,
+        true,
+    )
+}
+
 fn archive_policy(name: &str) -> Result<Policy> {
     let policy = Policy::by_name(name)?;
     if policy.action != "archive_then_delete" {
@@ -201,13 +212,7 @@ fn claim_rendering(
     }
     expire_leases(&policy)?;
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
-    crate::author::ensure_owner_privileges(
-        policy.owner,
-        rel.oid,
-        &rel.qualified,
-        &policy.name,
-        true,
-    )?;
+    owner_may_archive(&policy, &rel)?;
     let holds = active_holds(policy.relation)?;
     let elig = Eligibility::new(&policy, &rel, &holds)?;
     if elig.kind() != Kind::Age {
@@ -635,13 +640,7 @@ fn prune_verified(
         ));
     }
     let (policy, rel) = batch_policy(&b)?;
-    crate::author::ensure_owner_privileges(
-        policy.owner,
-        rel.oid,
-        &rel.qualified,
-        &policy.name,
-        true,
-    )?;
+    owner_may_archive(&policy, &rel)?;
     let (keys, ctids) = batch_keys(&b.id)?;
     // Delete the batch's rows that are still eligible and that no hold and no reference keeps,
     // returning them as they were, with the same hold fence as the sweep: a hold placed while

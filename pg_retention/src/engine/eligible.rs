@@ -114,6 +114,16 @@ impl<'a> Eligibility<'a> {
         crate::author::run_as(self.policy.owner, f)
     }
 
+    /// How many rows are eligible under `guards`, counted as the policy's owner.
+    pub fn count(&self, guards: Guards) -> Result<i64> {
+        self.as_owner(|| {
+            Ok(
+                Spi::get_one::<i64>(&format!("SELECT count(*) FROM ({}) e", self.rows(guards)))?
+                    .unwrap_or(0),
+            )
+        })
+    }
+
     /// The policy kind.
     pub fn kind(&self) -> Kind {
         self.kind

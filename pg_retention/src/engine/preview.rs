@@ -25,10 +25,6 @@ pub struct Preview {
     pub archive_bytes_estimate: Option<i64>,
 }
 
-fn count(sql: &str) -> Result<i64> {
-    Ok(Spi::get_one::<i64>(&format!("SELECT count(*) FROM ({sql}) e"))?.unwrap_or(0))
-}
-
 /// Eligible rows (references guarded, holds not) matching each active hold, by hold id.
 pub fn held_per_hold(elig: &Eligibility<'_>) -> Result<Vec<(i64, i64)>> {
     if elig.holds().is_empty() {
@@ -53,13 +49,9 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
     let holds = active_holds(policy.relation)?;
     let elig = Eligibility::new(policy, &rel, &holds)?;
-    let (eligible, unreferenced, deletable) = elig.as_owner(|| {
-        Ok((
-            count(&elig.rows(Guards::NONE))?,
-            count(&elig.rows(Guards::REFERENCES))?,
-            count(&elig.rows(Guards::ALL))?,
-        ))
-    })?;
+    let eligible = elig.count(Guards::NONE)?;
+    let unreferenced = elig.count(Guards::REFERENCES)?;
+    let deletable = elig.count(Guards::ALL)?;
     let hold_ids = held_per_hold(&elig)?
         .into_iter()
         .filter(|(_, n)| *n > 0)

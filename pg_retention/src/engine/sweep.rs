@@ -568,13 +568,7 @@ pub fn finish(state: SweepState) -> Result<SweepState> {
                 hold_detail = ledger_hold_skips(&elig, &policy, &state)?;
             }
             if state.outcome == "cap" {
-                backlog = elig.as_owner(|| {
-                    Ok(Spi::get_one::<i64>(&format!(
-                        "SELECT count(*) FROM ({}) e",
-                        elig.rows(Guards::ALL)
-                    ))?
-                    .unwrap_or(0))
-                })?;
+                backlog = elig.count(Guards::ALL)?;
                 LedgerEntry {
                     method: "cap_reached",
                     policy: Some(&policy),
