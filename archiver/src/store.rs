@@ -231,26 +231,37 @@ mod tests {
         PutResult,
     };
 
-    /// A store that ignores create-only writes (overwrites whatever is there), as some
-    /// S3-compatible servers do.
-    #[derive(Debug)]
-    struct IgnoresCreateOnly(object_store::memory::InMemory);
+    /// How [`Misbehaving`] departs from a well-behaved store.
+    #[derive(Debug, Clone, Copy)]
+    enum Misbehaviour {
+        /// Create-only writes overwrite whatever is there, as some S3-compatible servers do.
+        IgnoresCreateOnly,
+        /// `head` misses every object: what the archiver sees when another writer puts an
+        /// object between its look and its write.
+        HeadMisses,
+    }
 
-    impl std::fmt::Display for IgnoresCreateOnly {
+    /// An in-memory store with one misbehaviour.
+    #[derive(Debug)]
+    struct Misbehaving(object_store::memory::InMemory, Misbehaviour);
+
+    impl std::fmt::Display for Misbehaving {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("IgnoresCreateOnly")
+            write!(f, "Misbehaving({:?})", self.1)
         }
     }
 
     #[async_trait::async_trait]
-    impl ObjectStore for IgnoresCreateOnly {
+    impl ObjectStore for Misbehaving {
         async fn put_opts(
             &self,
             location: &Path,
             payload: PutPayload,
             mut opts: PutOptions,
         ) -> object_store::Result<PutResult> {
-            opts.mode = PutMode::Overwrite;
+            if let Misbehaviour::IgnoresCreateOnly = self.1 {
+                opts.mode = PutMode::Overwrite;
+            }
             self.0.put_opts(location, payload, opts).await
         }
         async fn put_multipart_opts(
@@ -265,65 +276,7 @@ mod tests {
             location: &Path,
             options: GetOptions,
         ) -> object_store::Result<GetResult> {
-            self.0.get_opts(location, options).await
-        }
-        async fn delete(&self, location: &Path) -> object_store::Result<()> {
-            self.0.delete(location).await
-        }
-        fn list(
-            &self,
-            prefix: Option<&Path>,
-        ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-            self.0.list(prefix)
-        }
-        async fn list_with_delimiter(
-            &self,
-            prefix: Option<&Path>,
-        ) -> object_store::Result<ListResult> {
-            self.0.list_with_delimiter(prefix).await
-        }
-        async fn copy(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-            self.0.copy(from, to).await
-        }
-        async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-            self.0.copy(from, to).await
-        }
-    }
-
-    /// A store whose `head` misses every object: what the archiver sees when another writer
-    /// puts an object between its look and its write.
-    #[derive(Debug)]
-    struct WriterArrivesAfterTheLook(object_store::memory::InMemory);
-
-    impl std::fmt::Display for WriterArrivesAfterTheLook {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("WriterArrivesAfterTheLook")
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl ObjectStore for WriterArrivesAfterTheLook {
-        async fn put_opts(
-            &self,
-            location: &Path,
-            payload: PutPayload,
-            opts: PutOptions,
-        ) -> object_store::Result<PutResult> {
-            self.0.put_opts(location, payload, opts).await
-        }
-        async fn put_multipart_opts(
-            &self,
-            location: &Path,
-            opts: PutMultipartOptions,
-        ) -> object_store::Result<Box<dyn MultipartUpload>> {
-            self.0.put_multipart_opts(location, opts).await
-        }
-        async fn get_opts(
-            &self,
-            location: &Path,
-            options: GetOptions,
-        ) -> object_store::Result<GetResult> {
-            if options.head {
+            if let (Misbehaviour::HeadMisses, true) = (self.1, options.head) {
                 return Err(object_store::Error::NotFound {
                     path: location.to_string(),
                     source: "not there yet".into(),
@@ -350,18 +303,23 @@ mod tests {
             self.0.copy(from, to).await
         }
         async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
-            self.0.copy_if_not_exists(from, to).await
+            match self.1 {
+                Misbehaviour::IgnoresCreateOnly => self.0.copy(from, to).await,
+                Misbehaviour::HeadMisses => self.0.copy_if_not_exists(from, to).await,
+            }
+        }
+    }
+
+    fn misbehaving(how: Misbehaviour, prefix: &str) -> Store {
+        Store {
+            inner: Arc::new(Misbehaving(object_store::memory::InMemory::new(), how)),
+            prefix: prefix.into(),
         }
     }
 
     #[tokio::test]
     async fn the_conditional_create_still_refuses_a_writer_that_came_after_the_look() {
-        let s = Store {
-            inner: Arc::new(WriterArrivesAfterTheLook(
-                object_store::memory::InMemory::new(),
-            )),
-            prefix: String::new(),
-        };
+        let s = misbehaving(Misbehaviour::HeadMisses, "");
         s.overwrite("a/b.slice", Bytes::from_static(b"foreign"))
             .await
             .unwrap();
@@ -387,10 +345,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_store_that_ignores_create_only_never_loses_a_foreign_object() {
-        let s = Store {
-            inner: Arc::new(IgnoresCreateOnly(object_store::memory::InMemory::new())),
-            prefix: "pfx".into(),
-        };
+        let s = misbehaving(Misbehaviour::IgnoresCreateOnly, "pfx");
         s.overwrite("a/b.slice", Bytes::from_static(b"foreign"))
             .await
             .unwrap();

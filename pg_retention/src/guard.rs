@@ -109,13 +109,13 @@ fn fixpoint_eligible(policy_id: i64, relation: u32, row: pgrx::AnyElement) -> Re
             "Fixpoint guards are installed by retention.add_policy; do not create them by hand.",
         ));
     }
-    let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    let rowtype = RelationInfo::row_type(policy.relation, &policy.relation_name)?;
     let Some(eligible) = eligible_sql(&policy) else {
         return Err(RetentionError::Internal(
             "archive policy without terminal, age_column or older_than".into(),
         ));
     };
-    crate::author::row_matches(policy.owner, &eligible, rel.reltype, row)
+    crate::author::row_matches(policy.owner, &eligible, rowtype, row)
 }
 
 /// Whether `row`, the old version of a row of `relation` being updated, is archive-eligible

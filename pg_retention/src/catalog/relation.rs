@@ -33,8 +33,6 @@ pub struct RelationInfo {
     /// Quoted, always schema-qualified name: statements that evaluate predicates run with
     /// `search_path = pg_catalog, pg_temp`, where an unqualified name would not be found.
     pub qualified: String,
-    /// The table's row type.
-    pub reltype: u32,
     /// `pg_class.relkind`.
     pub relkind: String,
     /// Columns in attribute order.
@@ -51,7 +49,6 @@ const DESCRIBE: &str = "
 SELECT jsonb_build_object(
     'oid', c.oid::bigint,
     'qualified', (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_namespace n WHERE n.oid = c.relnamespace),
-    'reltype', c.reltype::bigint,
     'relkind', c.relkind::text,
     'columns', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                         'name', a.attname, 'type', format_type(a.atttypid, a.atttypmod)) ORDER BY a.attnum), '[]')
@@ -75,13 +72,30 @@ SELECT jsonb_build_object(
                         FROM pg_constraint con WHERE con.contype = 'f' AND con.confrelid = c.oid))
   FROM pg_class c WHERE c.oid = $1::bigint::oid";
 
+/// The table with oid `oid` (named `name` for messages) is gone.
+fn gone(oid: u32, name: &str) -> RetentionError {
+    RetentionError::WrongState {
+        message: format!("table {name} (oid {oid}) no longer exists"),
+        hint: "Drop the policy, or recreate the table and re-register the policy.".into(),
+    }
+}
+
 impl RelationInfo {
     /// Describes the table with oid `oid`, or says it no longer exists.
     pub fn load(oid: u32, name_for_errors: &str) -> Result<RelationInfo> {
-        query_json(DESCRIBE, &[i64::from(oid).into()])?.ok_or_else(|| RetentionError::WrongState {
-            message: format!("table {name_for_errors} (oid {oid}) no longer exists"),
-            hint: "Drop the policy, or recreate the table and re-register the policy.".into(),
-        })
+        query_json(DESCRIBE, &[i64::from(oid).into()])?.ok_or_else(|| gone(oid, name_for_errors))
+    }
+
+    /// The row type of the table with oid `oid` alone, for a check that runs for every row
+    /// (describing the whole table there would cost a catalog query of columns and keys each
+    /// time), or says the table no longer exists.
+    pub fn row_type(oid: u32, name_for_errors: &str) -> Result<u32> {
+        crate::catalog::optional_one::<i64>(
+            "SELECT c.reltype::bigint FROM pg_catalog.pg_class c WHERE c.oid = $1::bigint::oid",
+            &[i64::from(oid).into()],
+        )?
+        .map(|t| t as u32)
+        .ok_or_else(|| gone(oid, name_for_errors))
     }
 
     /// The column named `name`.
