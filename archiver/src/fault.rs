@@ -1,6 +1,8 @@
 //! Fault-injection points for the fault suite. Setting `PG_RETENTION_ARCHIVER_FAULT` to a point's
 //! name makes the process abort there, as abruptly as `kill -9`. Unset in production.
 
+use bytes::Bytes;
+
 /// The variable that arms a fault point.
 pub const VAR: &str = "PG_RETENTION_ARCHIVER_FAULT";
 
@@ -14,5 +16,37 @@ pub fn point(name: &str) {
     if armed(name) {
         eprintln!("fault injected at {name}: aborting");
         std::process::abort();
+    }
+}
+
+/// What a store keeps of an upload cut off half way.
+pub fn first_half(object: &Bytes) -> Bytes {
+    object.slice(..object.len() / 2)
+}
+
+/// The object with one bit of its middle byte flipped: a store that corrupted it at rest.
+pub fn flip_middle_bit(object: &[u8]) -> Bytes {
+    let mut bad = object.to_vec();
+    if let Some(b) = bad.get_mut(object.len() / 2) {
+        *b ^= 0x01;
+    }
+    Bytes::from(bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_off_upload_keeps_the_first_half() {
+        let o = Bytes::from_static(b"0123456789");
+        assert_eq!(&first_half(&o)[..], b"01234");
+    }
+
+    #[test]
+    fn corruption_flips_exactly_one_bit_of_the_middle_byte() {
+        assert_eq!(&flip_middle_bit(b"abcdef")[..], b"abceef");
+        assert_eq!(&flip_middle_bit(b"xax")[..], b"x`x", "a set bit is cleared");
+        assert_eq!(&flip_middle_bit(b"")[..], b"");
     }
 }

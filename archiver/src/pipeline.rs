@@ -78,13 +78,13 @@ pub async fn prepare(ctx: &Context, policy: &str, resume: bool) -> Result<Option
     fault::point("after-claim");
     let extender = spawn_lease_extender(ctx, policy, &batch);
     match write_and_verify(ctx, policy, &batch, Bytes::from(slice)).await {
-        Ok((key, digest, rows, bytes)) => Ok(Some(Verified {
+        Ok(w) => Ok(Some(Verified {
             policy: policy.to_owned(),
             batch,
-            key,
-            digest,
-            rows,
-            bytes,
+            key: w.key,
+            digest: w.digest,
+            rows: w.rows,
+            bytes: w.bytes,
             extender,
         })),
         Err(e) => {
@@ -123,7 +123,7 @@ pub async fn finish(ctx: &Context, v: Verified) -> Result<Pruned> {
                 deleted,
                 "batch verified and pruned"
             );
-            archived(ctx, policy, v.rows, deleted);
+            count_archived(&ctx.metrics, policy, v.rows, deleted);
             Ok(Pruned {
                 rows: v.rows,
                 deleted,
@@ -153,8 +153,8 @@ pub async fn overlapped(
     tokio::join!(pruning, prepare(ctx, policy, resume))
 }
 
-fn archived(ctx: &Context, policy: &str, rows: u64, deleted: i64) {
-    let m = &ctx.metrics;
+/// Counts an archived and pruned batch.
+fn count_archived(m: &Metrics, policy: &str, rows: u64, deleted: i64) {
     m.add(
         "pg_retention_archiver_batches_total",
         &[("policy", policy), ("outcome", "archived")],
@@ -181,15 +181,17 @@ fn archived(ctx: &Context, policy: &str, rows: u64, deleted: i64) {
     );
 }
 
-/// Counts a failed batch and releases it (best effort: when the database is unreachable the
-/// lease runs out instead).
-async fn failed(ctx: &Context, db: &Db, policy: &str, batch: &str, e: &Error) {
-    let m = &ctx.metrics;
-    let outcome = match e {
+/// The batch metric's outcome label for a batch that failed with `e`.
+fn outcome(e: &Error) -> &'static str {
+    match e {
         Error::Refused { .. } => "refused",
         Error::ForeignOccupant { .. } | Error::Verify { .. } => "released",
         _ => "failed",
-    };
+    }
+}
+
+/// Counts a batch that failed with `e`.
+fn count_failure(m: &Metrics, policy: &str, e: &Error) {
     if let Error::Verify { .. } = e {
         m.add(
             "pg_retention_archiver_verify_failures_total",
@@ -197,12 +199,12 @@ async fn failed(ctx: &Context, db: &Db, policy: &str, batch: &str, e: &Error) {
             1.0,
         );
     }
-    if let Error::Store(_) | Error::ForeignOccupant { .. } = e {
-        let reason = if matches!(e, Error::Store(_)) {
-            "request"
-        } else {
-            "foreign_occupant"
-        };
+    let store_reason = match e {
+        Error::Store(_) => Some("request"),
+        Error::ForeignOccupant { .. } => Some("foreign_occupant"),
+        _ => None,
+    };
+    if let Some(reason) = store_reason {
         m.add(
             "pg_retention_archiver_store_failures_total",
             &[("reason", reason)],
@@ -211,14 +213,24 @@ async fn failed(ctx: &Context, db: &Db, policy: &str, batch: &str, e: &Error) {
     }
     m.add(
         "pg_retention_archiver_batches_total",
-        &[("policy", policy), ("outcome", outcome)],
+        &[("policy", policy), ("outcome", outcome(e))],
         1.0,
     );
-    let reason = match e {
+}
+
+/// The reason a failed batch is released with: a refusal is the extension's own word.
+fn release_reason(e: &Error) -> String {
+    match e {
         Error::Refused { .. } => format!("refused: {e}"),
         _ => format!("archiver: {e}"),
-    };
-    match db.release(batch, &reason).await {
+    }
+}
+
+/// Counts a failed batch and releases it (best effort: when the database is unreachable the
+/// lease runs out instead).
+async fn failed(ctx: &Context, db: &Db, policy: &str, batch: &str, e: &Error) {
+    count_failure(&ctx.metrics, policy, e);
+    match db.release(batch, &release_reason(e)).await {
         Ok(_) => {
             tracing::warn!(policy, batch = %batch, error = %e, "batch released; nothing was deleted")
         }
@@ -228,13 +240,18 @@ async fn failed(ctx: &Context, db: &Db, policy: &str, batch: &str, e: &Error) {
     }
 }
 
+/// How often a claimed batch's lease is extended: three times per lease, at most every 200 ms.
+fn extension_period(lease: std::time::Duration) -> std::time::Duration {
+    (lease / 3).max(std::time::Duration::from_millis(200))
+}
+
 fn spawn_lease_extender(ctx: &Context, policy: &str, batch: &str) -> tokio::task::JoinHandle<()> {
     let db = Arc::clone(&ctx.db);
     let metrics = Arc::clone(&ctx.metrics);
     let lease = ctx.settings.lease;
     let (policy, batch) = (policy.to_owned(), batch.to_owned());
     tokio::spawn(async move {
-        let every = (lease / 3).max(std::time::Duration::from_millis(200));
+        let every = extension_period(lease);
         loop {
             tokio::time::sleep(every).await;
             match db.extend_lease(&batch, lease).await {
@@ -249,15 +266,35 @@ fn spawn_lease_extender(ctx: &Context, policy: &str, batch: &str) -> tokio::task
     })
 }
 
-/// Writes the slice and its manifest create-only and reads both back; returns the slice's key,
-/// digest, rows and bytes for the prune.
+/// What the prune needs from a written and verified slice.
+#[derive(Debug, PartialEq, Eq)]
+struct Written {
+    key: String,
+    digest: String,
+    rows: u64,
+    bytes: u64,
+}
+
+/// Writes the slice and its manifest create-only and reads both back.
 async fn write_and_verify(
     ctx: &Context,
     policy: &str,
     batch: &str,
     slice: Bytes,
-) -> Result<(String, String, u64, u64)> {
-    let mut manifest = ctx.db.manifest(batch).await?;
+) -> Result<Written> {
+    let manifest = ctx.db.manifest(batch).await?;
+    write_checked(&ctx.store, policy, batch, slice, manifest).await
+}
+
+/// Checks the slice the extension rendered against its manifest, completes the manifest with
+/// the slice's digest and length, writes both create-only and reads them back.
+async fn write_checked(
+    store: &Store,
+    policy: &str,
+    batch: &str,
+    slice: Bytes,
+    mut manifest: Manifest,
+) -> Result<Written> {
     // Walking the frames proves the extension's bytes decode before anything is written.
     let rows = count_frames(&slice).map_err(|e| Error::Verify {
         key: batch.to_owned(),
@@ -280,44 +317,45 @@ async fn write_and_verify(
     let (skey, mkey) = (slice_key(&manifest), manifest_key(&manifest));
     if fault::armed("mid-upload") {
         // A store that kept half an object before the process died.
-        ctx.store
-            .overwrite(&skey, slice.slice(..slice.len() / 2))
-            .await?;
+        store.overwrite(&skey, fault::first_half(&slice)).await?;
         fault::point("mid-upload");
     }
-    let written = ctx.store.put_create(&skey, slice.clone()).await?;
-    ctx.store.put_create(&mkey, manifest_bytes.clone()).await?;
+    let written = store.put_create(&skey, slice.clone()).await?;
+    store.put_create(&mkey, manifest_bytes.clone()).await?;
     tracing::info!(policy, batch, key = %skey, rows, bytes, resumed = (written != crate::store::Written::Created), "slice written");
     fault::point("after-upload");
     if fault::armed("corrupt-after-upload") {
-        let mut bad = slice.to_vec();
-        if let Some(b) = bad.get_mut(bytes as usize / 2) {
-            *b ^= 0x01;
-        }
-        ctx.store.overwrite(&skey, Bytes::from(bad)).await?;
+        store
+            .overwrite(&skey, fault::flip_middle_bit(&slice))
+            .await?;
     }
-    verify_written(ctx, &skey, &mkey, &manifest, &manifest_bytes).await?;
+    verify_written(store, &skey, &mkey, &manifest, &manifest_bytes).await?;
     fault::point("after-verify");
-    Ok((skey, digest, rows, bytes))
+    Ok(Written {
+        key: skey,
+        digest,
+        rows,
+        bytes,
+    })
 }
 
 /// Reads both objects back: the slice must decode and hash to the manifest's digest and counts,
 /// and the manifest must be byte-identical to ours.
 async fn verify_written(
-    ctx: &Context,
+    store: &Store,
     skey: &str,
     mkey: &str,
     manifest: &Manifest,
     manifest_bytes: &Bytes,
 ) -> Result<()> {
-    let back = ctx.store.get(skey).await?;
+    let back = store.get(skey).await?;
     check_slice(&back, &manifest.blake3, manifest.rows, manifest.bytes).map_err(|e| {
         Error::Verify {
             key: skey.to_owned(),
             reason: e.to_string(),
         }
     })?;
-    let mback = ctx.store.get(mkey).await?;
+    let mback = store.get(mkey).await?;
     if mback != manifest_bytes {
         return Err(Error::Verify {
             key: mkey.to_owned(),
@@ -325,4 +363,263 @@ async fn verify_written(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Options;
+    use pg_retention_format::{append_frame, ColumnSpec, FORMAT_VERSION};
+    use std::time::Duration;
+
+    fn memory_store() -> Store {
+        let o = Options {
+            store: Some("memory://pfx".into()),
+            ..Default::default()
+        };
+        Store::open(&Settings::resolve(o).unwrap()).unwrap()
+    }
+
+    fn slice_of(rows: u64) -> Bytes {
+        let mut out = Vec::new();
+        for i in 0..rows {
+            let id = i.to_string();
+            append_frame(&mut out, &[Some(id.as_str())], &[Some(id.as_str()), None]).unwrap();
+        }
+        Bytes::from(out)
+    }
+
+    fn manifest_of(rows: u64) -> Manifest {
+        Manifest {
+            format: FORMAT_VERSION,
+            database: "db".into(),
+            relation: "public.audit".into(),
+            policy: "audit".into(),
+            policy_version: 1,
+            batch: "b1".into(),
+            columns: vec![ColumnSpec {
+                name: "id".into(),
+                type_name: "bigint".into(),
+            }],
+            key_columns: vec!["id".into()],
+            rows,
+            bytes: 0,
+            blake3: String::new(),
+            age_min: None,
+            age_max: None,
+            created_at: "2026-12-01T00:00:00Z".into(),
+            supersedes: None,
+        }
+    }
+
+    fn sample(m: &Metrics, line_start: &str) -> Option<f64> {
+        m.render(&[])
+            .lines()
+            .find(|l| l.starts_with(line_start))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    #[tokio::test]
+    async fn a_written_slice_reports_its_key_digest_rows_and_bytes_and_reads_back() {
+        let store = memory_store();
+        let slice = slice_of(3);
+        let w = write_checked(&store, "audit", "b1", slice.clone(), manifest_of(3))
+            .await
+            .unwrap();
+        let mut m = manifest_of(3);
+        m.blake3 = blake3::hash(&slice).to_hex().to_string();
+        m.bytes = slice.len() as u64;
+        assert_eq!(
+            w,
+            Written {
+                key: slice_key(&m),
+                digest: m.blake3.clone(),
+                rows: 3,
+                bytes: slice.len() as u64,
+            }
+        );
+        assert_eq!(store.get(&w.key).await.unwrap(), slice);
+        let back: Manifest =
+            serde_json::from_slice(&store.get(&manifest_key(&m)).await.unwrap()).unwrap();
+        assert_eq!(
+            back, m,
+            "the manifest carries the slice's digest and length"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_slice_whose_frames_disagree_with_the_batch_is_never_written() {
+        let store = memory_store();
+        let refused = write_checked(&store, "audit", "b1", slice_of(2), manifest_of(3)).await;
+        assert!(matches!(refused, Err(Error::Verify { .. })), "{refused:?}");
+        let undecodable = write_checked(
+            &store,
+            "audit",
+            "b1",
+            Bytes::from_static(b"\0\0\0\x09ab"),
+            manifest_of(1),
+        )
+        .await;
+        assert!(
+            matches!(undecodable, Err(Error::Verify { .. })),
+            "{undecodable:?}"
+        );
+        assert!(
+            store.manifests().await.unwrap().is_empty(),
+            "nothing written"
+        );
+    }
+
+    #[tokio::test]
+    async fn read_back_refuses_a_changed_slice_or_a_changed_manifest() {
+        let store = memory_store();
+        let slice = slice_of(2);
+        let mut m = manifest_of(2);
+        m.blake3 = blake3::hash(&slice).to_hex().to_string();
+        m.bytes = slice.len() as u64;
+        let mbytes = Bytes::from(serde_json::to_vec_pretty(&m).unwrap());
+        let (skey, mkey) = (slice_key(&m), manifest_key(&m));
+        store.overwrite(&skey, slice.clone()).await.unwrap();
+        store.overwrite(&mkey, mbytes.clone()).await.unwrap();
+        verify_written(&store, &skey, &mkey, &m, &mbytes)
+            .await
+            .unwrap();
+
+        let mut bad = slice.to_vec();
+        bad[6] ^= 1;
+        store.overwrite(&skey, Bytes::from(bad)).await.unwrap();
+        let r = verify_written(&store, &skey, &mkey, &m, &mbytes).await;
+        assert!(
+            matches!(&r, Err(Error::Verify { key, .. }) if *key == skey),
+            "{r:?}"
+        );
+
+        store.overwrite(&skey, slice).await.unwrap();
+        store
+            .overwrite(&mkey, Bytes::from_static(b"{}"))
+            .await
+            .unwrap();
+        let r = verify_written(&store, &skey, &mkey, &m, &mbytes).await;
+        assert!(
+            matches!(&r, Err(Error::Verify { key, .. }) if *key == mkey),
+            "{r:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_full_when_the_claim_filled_it() {
+        let v = |rows| Verified {
+            policy: "p".into(),
+            batch: "b".into(),
+            key: String::new(),
+            digest: String::new(),
+            rows,
+            bytes: 0,
+            extender: tokio::spawn(async {}),
+        };
+        assert!(v(100).full(100));
+        assert!(v(101).full(100));
+        assert!(!v(99).full(100));
+    }
+
+    #[test]
+    fn the_lease_is_extended_three_times_per_lease_and_never_in_a_busy_loop() {
+        assert_eq!(
+            extension_period(Duration::from_secs(30)),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            extension_period(Duration::from_millis(300)),
+            Duration::from_millis(200)
+        );
+    }
+
+    #[test]
+    fn failures_are_counted_by_outcome_and_reason() {
+        let m = Metrics::default();
+        let refused = Error::Refused {
+            batch: "b".into(),
+            reason: "rows changed".into(),
+        };
+        let foreign = Error::ForeignOccupant {
+            key: "k".into(),
+            reason: "other bytes".into(),
+        };
+        let verify = Error::Verify {
+            key: "k".into(),
+            reason: "digest".into(),
+        };
+        let io = Error::Io(std::io::Error::other("disk"));
+        let request = Error::Store(object_store::Error::Generic {
+            store: "S3",
+            source: "503".into(),
+        });
+        for e in [&refused, &foreign, &verify, &io, &request] {
+            count_failure(&m, "p", e);
+        }
+        let batches = |o: &str| {
+            sample(
+                &m,
+                &format!("pg_retention_archiver_batches_total{{policy=\"p\",outcome=\"{o}\"}}"),
+            )
+        };
+        assert_eq!(batches("refused"), Some(1.0));
+        assert_eq!(batches("released"), Some(2.0));
+        assert_eq!(batches("failed"), Some(2.0));
+        assert_eq!(
+            sample(
+                &m,
+                "pg_retention_archiver_verify_failures_total{policy=\"p\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &m,
+                "pg_retention_archiver_store_failures_total{reason=\"foreign_occupant\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &m,
+                "pg_retention_archiver_store_failures_total{reason=\"request\"}"
+            ),
+            Some(1.0)
+        );
+        assert!(release_reason(&refused).starts_with("refused: "));
+        assert!(release_reason(&io).starts_with("archiver: "));
+    }
+
+    #[test]
+    fn an_archived_batch_counts_rows_deleted_and_its_time() {
+        let m = Metrics::default();
+        count_archived(&m, "p", 10, 7);
+        count_archived(&m, "p", 5, 5);
+        assert_eq!(
+            sample(
+                &m,
+                "pg_retention_archiver_batches_total{policy=\"p\",outcome=\"archived\"}"
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &m,
+                "pg_retention_archiver_rows_archived_total{policy=\"p\"}"
+            ),
+            Some(15.0)
+        );
+        assert_eq!(
+            sample(&m, "pg_retention_archiver_rows_deleted_total{policy=\"p\"}"),
+            Some(12.0)
+        );
+        let at = sample(
+            &m,
+            "pg_retention_archiver_last_success_timestamp_seconds{policy=\"p\"}",
+        )
+        .unwrap();
+        assert!(at > 1.7e9, "{at}");
+    }
 }
