@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::keys::{manifest_for, slice_for};
 use crate::store::Store;
 use futures::SinkExt;
-use pg_retention_format::{verify_slice, ColumnSpec, Manifest, Row};
+use pg_retention_format::{quote_ident, verify_slice, ColumnSpec, Manifest, Row};
 use std::io::{IsTerminal, Write};
 
 /// Progress on a terminal, nothing in logs.
@@ -211,10 +211,6 @@ async fn check_types(client: &tokio_postgres::Client, columns: &[ColumnSpec]) ->
         }
     }
     Ok(())
-}
-
-fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
 }
 
 /// `schema.table` → quoted `"schema"."table"`.

@@ -47,6 +47,67 @@ async fn policies(ctx: &Context) -> Result<Vec<String>> {
     })
 }
 
+/// What one pass over the archive policies did.
+#[derive(Default)]
+struct Pass {
+    /// Some claim filled its batch: the policies have more.
+    progressed: bool,
+    /// Batches pruned.
+    pruned: u64,
+    /// Batches claimed (the last one may still be in flight).
+    claimed: u64,
+    /// The policies could not be listed.
+    listing: Option<Error>,
+    /// Batches that failed or were refused (each already released), in order.
+    failures: Vec<Error>,
+    /// `go_on` said stop before the pass was over.
+    stopped: bool,
+}
+
+/// One pass: each policy claims its next batch while the batch in flight (of whichever policy)
+/// is pruned. `go_on` is asked before each policy with the batches claimed so far; with
+/// `stop_at_failure` the pass ends at the first failed batch.
+async fn pass(
+    ctx: &Context,
+    in_flight: &mut Option<Verified>,
+    mut go_on: impl FnMut(u64) -> bool,
+    stop_at_failure: bool,
+) -> Pass {
+    let mut p = Pass::default();
+    let list = match policies(ctx).await {
+        Ok(list) => list,
+        Err(e) => {
+            p.listing = Some(e);
+            return p;
+        }
+    };
+    for policy in list {
+        if !go_on(p.claimed) {
+            p.stopped = true;
+            break;
+        }
+        let (pruned, next) = overlapped(ctx, in_flight.take(), &policy).await;
+        match pruned {
+            Some(Ok(_)) => p.pruned += 1,
+            Some(Err(e)) => p.failures.push(e),
+            None => {}
+        }
+        match next {
+            Ok(Some(v)) => {
+                p.claimed += 1;
+                p.progressed |= v.full(ctx.settings.batch_rows);
+                *in_flight = Some(v);
+            }
+            Ok(None) => {}
+            Err(e) => p.failures.push(e),
+        }
+        if stop_at_failure && !p.failures.is_empty() {
+            break;
+        }
+    }
+    p
+}
+
 /// Archives until a pass over the policies claims no full batch (every claim came back short or
 /// empty: it caught up with the eligible rows) or `max_batches` batches are done. Stops at the
 /// first batch that fails or is refused (after releasing it) and returns its error; a batch
@@ -56,47 +117,21 @@ pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
     let mut done = 0u64;
     let mut started = 0u64;
     let mut in_flight: Option<Verified> = None;
-    let mut first_error: Option<Error> = None;
-    'outer: loop {
-        let mut progressed = false;
-        let list = match policies(&ctx).await {
-            Ok(list) => list,
-            Err(e) => {
-                first_error.get_or_insert(e);
-                break;
-            }
-        };
-        for policy in list {
-            if max_batches.is_some_and(|m| started >= m) {
-                break 'outer;
-            }
-            let (pruned, next) = overlapped(&ctx, in_flight.take(), &policy).await;
-            match pruned {
-                Some(Ok(_)) => done += 1,
-                Some(Err(e)) => {
-                    first_error.get_or_insert(e);
-                }
-                None => {}
-            }
-            match next {
-                Ok(Some(v)) => {
-                    started += 1;
-                    progressed |= v.full(ctx.settings.batch_rows);
-                    in_flight = Some(v);
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-            if first_error.is_some() {
-                break 'outer;
-            }
+    let mut first_error: Option<Error> = loop {
+        let p = pass(
+            &ctx,
+            &mut in_flight,
+            |claimed| max_batches.is_none_or(|m| started + claimed < m),
+            true,
+        )
+        .await;
+        done += p.pruned;
+        started += p.claimed;
+        let failure = p.listing.or_else(|| p.failures.into_iter().next());
+        if failure.is_some() || p.stopped || !p.progressed {
+            break failure;
         }
-        if !progressed {
-            break;
-        }
-    }
+    };
     if let Some(v) = in_flight.take() {
         match finish(&ctx, v).await {
             Ok(_) => done += 1,
@@ -110,6 +145,13 @@ pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
     }
     tracing::info!(batches = done, "nothing more to archive");
     Ok(done)
+}
+
+/// Counts and logs a failed batch of `run` (it is retried by a later pass).
+fn retried(ctx: &Context, e: &Error) {
+    ctx.metrics
+        .add("pg_retention_archiver_batch_retries_total", &[], 1.0);
+    tracing::error!(error = %e, "batch failed; it will be retried");
 }
 
 /// Archives forever, until `shutdown` is cancelled. The batch in progress is always finished
@@ -126,45 +168,21 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
     let mut failures = 0u32;
     let mut in_flight: Option<Verified> = None;
     while !shutdown.is_cancelled() {
-        let mut progressed = false;
-        let mut failed = false;
-        match policies(&ctx).await {
-            Ok(list) => {
-                for policy in list {
-                    if shutdown.is_cancelled() {
-                        break;
-                    }
-                    let (pruned, next) = overlapped(&ctx, in_flight.take(), &policy).await;
-                    let next = next.map(|v| {
-                        progressed |= v.as_ref().is_some_and(|v| v.full(ctx.settings.batch_rows));
-                        in_flight = v;
-                    });
-                    for result in [pruned.map(|r| r.map(drop)), Some(next)]
-                        .into_iter()
-                        .flatten()
-                    {
-                        if let Err(e) = result {
-                            failed = true;
-                            ctx.metrics
-                                .add("pg_retention_archiver_batch_retries_total", &[], 1.0);
-                            tracing::error!(policy, error = %e, "batch failed; it will be retried");
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                failed = true;
-                tracing::error!(error = %e, "cannot list archive policies");
-            }
+        let p = pass(&ctx, &mut in_flight, |_| !shutdown.is_cancelled(), false).await;
+        let progressed = p.progressed;
+        let mut failed = p.listing.is_some() || !p.failures.is_empty();
+        if let Some(e) = &p.listing {
+            tracing::error!(error = %e, "cannot list archive policies");
+        }
+        for e in &p.failures {
+            retried(&ctx, e);
         }
         // Nothing is left half done while we wait: the verified batch is pruned now.
         if !progressed || failed || shutdown.is_cancelled() {
             if let Some(v) = in_flight.take() {
                 if let Err(e) = finish(&ctx, v).await {
                     failed = true;
-                    ctx.metrics
-                        .add("pg_retention_archiver_batch_retries_total", &[], 1.0);
-                    tracing::error!(error = %e, "batch failed; it will be retried");
+                    retried(&ctx, &e);
                 }
             }
         }

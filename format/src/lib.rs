@@ -10,6 +10,7 @@ pub mod digest;
 pub mod error;
 pub mod frame;
 pub mod manifest;
+pub mod names;
 pub mod stream;
 pub mod verify;
 
@@ -17,5 +18,6 @@ pub use digest::SliceHasher;
 pub use error::{FormatError, Result};
 pub use frame::{append_frame, count_frames, decode_frames, encode_frame, Row, MAX_FRAME_LEN};
 pub use manifest::{ColumnSpec, Manifest, FORMAT_VERSION};
+pub use names::quote_ident;
 pub use stream::StreamDecoder;
 pub use verify::{check_slice, summarize, summarize_slice, verify_slice};

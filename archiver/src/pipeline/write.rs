@@ -1,0 +1,236 @@
+//! Writing a batch's slice and manifest create-only, and reading both back: the proof the
+//! prune is asked with. No database here: the claim's slice and manifest come in.
+
+use crate::error::{Error, Result};
+use crate::fault;
+use crate::keys::{manifest_key, slice_key};
+use crate::store::Store;
+use bytes::Bytes;
+use pg_retention_format::{check_slice, count_frames, Manifest};
+
+/// What the prune needs from a written and verified slice.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Written {
+    /// The slice's key.
+    pub key: String,
+    /// Its BLAKE3 (hex).
+    pub digest: String,
+    /// Its rows.
+    pub rows: u64,
+    /// Its bytes.
+    pub bytes: u64,
+}
+
+/// Checks the slice the extension rendered against its manifest, completes the manifest with
+/// the slice's digest and length, writes both create-only and reads them back.
+pub async fn write_checked(
+    store: &Store,
+    policy: &str,
+    batch: &str,
+    slice: Bytes,
+    mut manifest: Manifest,
+) -> Result<Written> {
+    // Walking the frames proves the extension's bytes decode before anything is written.
+    let rows = count_frames(&slice).map_err(|e| Error::Verify {
+        key: batch.to_owned(),
+        reason: format!("the slice the extension rendered does not decode: {e}"),
+    })?;
+    if rows != manifest.rows {
+        return Err(Error::Verify {
+            key: batch.to_owned(),
+            reason: format!(
+                "the batch has {} rows but {rows} frames came back",
+                manifest.rows
+            ),
+        });
+    }
+    let digest = blake3::hash(&slice).to_hex().to_string();
+    let bytes = slice.len() as u64;
+    manifest.blake3 = digest.clone();
+    manifest.bytes = bytes;
+    let manifest_bytes = Bytes::from(serde_json::to_vec_pretty(&manifest)?);
+    let (skey, mkey) = (slice_key(&manifest), manifest_key(&manifest));
+    if fault::armed("mid-upload") {
+        // A store that kept half an object before the process died.
+        store.overwrite(&skey, fault::first_half(&slice)).await?;
+        fault::point("mid-upload");
+    }
+    let written = store.put_create(&skey, slice.clone()).await?;
+    store.put_create(&mkey, manifest_bytes.clone()).await?;
+    tracing::info!(policy, batch, key = %skey, rows, bytes, resumed = (written != crate::store::Written::Created), "slice written");
+    fault::point("after-upload");
+    if fault::armed("corrupt-after-upload") {
+        store
+            .overwrite(&skey, fault::flip_middle_bit(&slice))
+            .await?;
+    }
+    verify_written(store, &skey, &mkey, &manifest, &manifest_bytes).await?;
+    fault::point("after-verify");
+    Ok(Written {
+        key: skey,
+        digest,
+        rows,
+        bytes,
+    })
+}
+
+/// Reads both objects back: the slice must decode and hash to the manifest's digest and counts,
+/// and the manifest must be byte-identical to ours.
+async fn verify_written(
+    store: &Store,
+    skey: &str,
+    mkey: &str,
+    manifest: &Manifest,
+    manifest_bytes: &Bytes,
+) -> Result<()> {
+    let back = store.get(skey).await?;
+    check_slice(&back, &manifest.blake3, manifest.rows, manifest.bytes).map_err(|e| {
+        Error::Verify {
+            key: skey.to_owned(),
+            reason: e.to_string(),
+        }
+    })?;
+    let mback = store.get(mkey).await?;
+    if mback != manifest_bytes {
+        return Err(Error::Verify {
+            key: mkey.to_owned(),
+            reason: "the manifest read back differs".into(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Options;
+    use crate::config::Settings;
+    use pg_retention_format::{append_frame, ColumnSpec, FORMAT_VERSION};
+
+    fn memory_store() -> Store {
+        let o = Options {
+            store: Some("memory://pfx".into()),
+            ..Default::default()
+        };
+        Store::open(&Settings::resolve(o).unwrap()).unwrap()
+    }
+
+    fn slice_of(rows: u64) -> Bytes {
+        let mut out = Vec::new();
+        for i in 0..rows {
+            let id = i.to_string();
+            append_frame(&mut out, &[Some(id.as_str())], &[Some(id.as_str()), None]).unwrap();
+        }
+        Bytes::from(out)
+    }
+
+    fn manifest_of(rows: u64) -> Manifest {
+        Manifest {
+            format: FORMAT_VERSION,
+            database: "db".into(),
+            relation: "public.audit".into(),
+            policy: "audit".into(),
+            policy_version: 1,
+            batch: "b1".into(),
+            columns: vec![ColumnSpec {
+                name: "id".into(),
+                type_name: "bigint".into(),
+            }],
+            key_columns: vec!["id".into()],
+            rows,
+            bytes: 0,
+            blake3: String::new(),
+            age_min: None,
+            age_max: None,
+            created_at: "2026-12-01T00:00:00Z".into(),
+            supersedes: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_written_slice_reports_its_key_digest_rows_and_bytes_and_reads_back() {
+        let store = memory_store();
+        let slice = slice_of(3);
+        let w = write_checked(&store, "audit", "b1", slice.clone(), manifest_of(3))
+            .await
+            .unwrap();
+        let mut m = manifest_of(3);
+        m.blake3 = blake3::hash(&slice).to_hex().to_string();
+        m.bytes = slice.len() as u64;
+        assert_eq!(
+            w,
+            Written {
+                key: slice_key(&m),
+                digest: m.blake3.clone(),
+                rows: 3,
+                bytes: slice.len() as u64,
+            }
+        );
+        assert_eq!(store.get(&w.key).await.unwrap(), slice);
+        let back: Manifest =
+            serde_json::from_slice(&store.get(&manifest_key(&m)).await.unwrap()).unwrap();
+        assert_eq!(
+            back, m,
+            "the manifest carries the slice's digest and length"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_slice_whose_frames_disagree_with_the_batch_is_never_written() {
+        let store = memory_store();
+        let refused = write_checked(&store, "audit", "b1", slice_of(2), manifest_of(3)).await;
+        assert!(matches!(refused, Err(Error::Verify { .. })), "{refused:?}");
+        let undecodable = write_checked(
+            &store,
+            "audit",
+            "b1",
+            Bytes::from_static(b"\0\0\0\x09ab"),
+            manifest_of(1),
+        )
+        .await;
+        assert!(
+            matches!(undecodable, Err(Error::Verify { .. })),
+            "{undecodable:?}"
+        );
+        assert!(
+            store.manifests().await.unwrap().is_empty(),
+            "nothing written"
+        );
+    }
+
+    #[tokio::test]
+    async fn read_back_refuses_a_changed_slice_or_a_changed_manifest() {
+        let store = memory_store();
+        let slice = slice_of(2);
+        let mut m = manifest_of(2);
+        m.blake3 = blake3::hash(&slice).to_hex().to_string();
+        m.bytes = slice.len() as u64;
+        let mbytes = Bytes::from(serde_json::to_vec_pretty(&m).unwrap());
+        let (skey, mkey) = (slice_key(&m), manifest_key(&m));
+        store.overwrite(&skey, slice.clone()).await.unwrap();
+        store.overwrite(&mkey, mbytes.clone()).await.unwrap();
+        verify_written(&store, &skey, &mkey, &m, &mbytes)
+            .await
+            .unwrap();
+
+        let mut bad = slice.to_vec();
+        bad[6] ^= 1;
+        store.overwrite(&skey, Bytes::from(bad)).await.unwrap();
+        let r = verify_written(&store, &skey, &mkey, &m, &mbytes).await;
+        assert!(
+            matches!(&r, Err(Error::Verify { key, .. }) if *key == skey),
+            "{r:?}"
+        );
+
+        store.overwrite(&skey, slice).await.unwrap();
+        store
+            .overwrite(&mkey, Bytes::from_static(b"{}"))
+            .await
+            .unwrap();
+        let r = verify_written(&store, &skey, &mkey, &m, &mbytes).await;
+        assert!(
+            matches!(&r, Err(Error::Verify { key, .. }) if *key == mkey),
+            "{r:?}"
+        );
+    }
+}
