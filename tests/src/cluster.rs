@@ -1,4 +1,5 @@
-//! A throwaway PostgreSQL 15 cluster with pg_retention installed and preloaded.
+//! A throwaway PostgreSQL 15 cluster with pg_retention installed and preloaded, made by
+//! `scripts/cluster` (the fixture the benchmark and the demo use too).
 //!
 //! The cluster runs as the `postgres` OS user (Postgres refuses root) in a private directory
 //! under `/var/tmp/pg_retention`, listens on a free loopback port and a private socket
@@ -10,8 +11,6 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// Where Debian puts the PostgreSQL 15 server binaries.
-pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 /// Parent of every test cluster directory; owned by `postgres` (made by `scripts/setup`).
 pub const SCRATCH: &str = "/var/tmp/pg_retention";
 
@@ -23,25 +22,15 @@ pub struct Cluster {
     port: u16,
 }
 
-fn run_as_postgres(program: &str, args: &[&str]) -> Output {
-    let path = format!("{PG_BIN}/{program}");
-    let out = if is_root() {
-        Command::new("runuser")
-            .args(["-u", "postgres", "--", &path])
-            .args(args)
-            .output()
-    } else {
-        Command::new(&path).args(args).output()
-    };
-    out.unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
+/// Runs `scripts/cluster` (the fixture the benchmark and the demo use too).
+fn fixture(args: &[&str], conf: &[String]) -> Output {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/cluster");
+    Command::new("bash")
+        .arg(&script)
+        .args(args)
+        .args(conf)
         .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()))
 }
 
 fn check(what: &str, out: Output) {
@@ -72,50 +61,19 @@ impl Cluster {
             port
         );
         let dir = Path::new(SCRATCH).join(name);
-        let data = dir.join("data");
-        let dir_s = dir.to_string_lossy().into_owned();
-        let data_s = data.to_string_lossy().into_owned();
-        check("mkdir", run_as_postgres_cmd("mkdir", &["-p", &dir_s]));
+        let mut conf = vec![
+            "fsync = off".to_owned(),
+            "synchronous_commit = off".to_owned(),
+            "full_page_writes = off".to_owned(),
+            "max_worker_processes = 16".to_owned(),
+            "log_min_messages = info".to_owned(),
+        ];
+        conf.extend(settings.iter().map(|s| (*s).to_owned()));
         check(
-            "initdb",
-            run_as_postgres(
-                "initdb",
-                &[
-                    "-D",
-                    &data_s,
-                    "-A",
-                    "trust",
-                    "-U",
-                    "postgres",
-                    "-E",
-                    "UTF8",
-                    "--no-sync",
-                ],
-            ),
+            "scripts/cluster start",
+            fixture(&["start", &dir.to_string_lossy(), &port.to_string()], &conf),
         );
-        let mut conf = format!(
-            "\n# pg_retention test cluster\nport = {port}\nlisten_addresses = '127.0.0.1'\n\
-             unix_socket_directories = '{dir_s}'\nshared_preload_libraries = 'pg_retention'\n\
-             fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_worker_processes = 16\n\
-             log_min_messages = info\n"
-        );
-        for s in settings {
-            conf.push_str(s);
-            conf.push('\n');
-        }
-        let conf_path = data.join("postgresql.conf");
-        let existing = std::fs::read_to_string(&conf_path).expect("read postgresql.conf");
-        std::fs::write(&conf_path, existing + &conf).expect("write postgresql.conf");
-        let cluster = Cluster { dir, port };
-        let log = cluster.log_path().to_string_lossy().into_owned();
-        check(
-            "pg_ctl start",
-            run_as_postgres(
-                "pg_ctl",
-                &["-D", &data_s, "-l", &log, "-w", "-t", "60", "start"],
-            ),
-        );
-        cluster
+        Cluster { dir, port }
     }
 
     /// Connection string for a database of this cluster (TCP on loopback, superuser `postgres`).
@@ -190,22 +148,9 @@ impl Cluster {
     }
 }
 
-fn run_as_postgres_cmd(program: &str, args: &[&str]) -> Output {
-    let out = if is_root() {
-        Command::new("runuser")
-            .args(["-u", "postgres", "--", program])
-            .args(args)
-            .output()
-    } else {
-        Command::new(program).args(args).output()
-    };
-    out.unwrap_or_else(|e| panic!("cannot start {program}: {e}"))
-}
-
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let data = self.dir.join("data").to_string_lossy().into_owned();
-        let _ = run_as_postgres("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
+        let _ = fixture(&["stop", &self.dir.to_string_lossy(), "immediate"], &[]);
         if std::env::var_os("PG_RETENTION_KEEP_CLUSTER").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
