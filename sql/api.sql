@@ -174,14 +174,14 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog
 AS $fn$ SELECT (x'52544e00'::bigint << 32) | policy_id $fn$;
 
 -- One batch, with its error captured and ledgered instead of aborting the run.
-CREATE FUNCTION retention._sweep_batch_safe(state jsonb) RETURNS jsonb
+CREATE FUNCTION retention._sweep_step_safe(state jsonb) RETURNS jsonb
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     msg text;
     code text;
 BEGIN
     BEGIN
-        RETURN retention._sweep_batch(state);
+        RETURN retention._sweep_step(state);
     EXCEPTION WHEN OTHERS THEN
         GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE;
     END;
@@ -189,8 +189,52 @@ BEGIN
 END
 $fn$;
 
+-- A run of one policy, for CALL retention.run() and the database workers alike: _run_begin
+-- takes the policy's pruner lock (a session lock: it outlives the commits between steps) and
+-- starts the run; the caller commits after it and after every _sweep_step_safe until the state
+-- is done; _run_end closes the run and releases the lock. _run_begin returns NULL, holding
+-- nothing, when another pruner holds the lock (ledgered) or, when contained, when the start
+-- failed (ledgered). Contained (the worker) ledgers errors of start and finish instead of
+-- raising them. Only the loop itself is written twice, here and in worker/database.rs, since
+-- each commits in its own way (COMMIT in a procedure, a transaction per step in the worker).
+CREATE FUNCTION retention._run_begin(policy_id bigint, actor text, cycle_remaining bigint, contained boolean)
+RETURNS jsonb
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    st jsonb;
+BEGIN
+    IF NOT pg_catalog.pg_try_advisory_lock(retention._lock_key(policy_id)) THEN
+        PERFORM retention._ledger_skip_locked(policy_id, actor);
+        RETURN NULL;
+    END IF;
+    IF NOT contained THEN
+        RETURN retention._sweep_start(policy_id, actor, cycle_remaining);
+    END IF;
+    st := retention._sweep_start_safe(policy_id, actor, cycle_remaining);
+    IF st IS NULL THEN
+        PERFORM pg_catalog.pg_advisory_unlock(retention._lock_key(policy_id));
+    END IF;
+    RETURN st;
+END
+$fn$;
+
+CREATE FUNCTION retention._run_end(state jsonb, contained boolean) RETURNS jsonb
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    st jsonb;
+BEGIN
+    IF contained THEN
+        st := retention._sweep_finish_safe(state);
+    ELSE
+        st := retention._sweep_finish(state);
+    END IF;
+    PERFORM pg_catalog.pg_advisory_unlock(retention._lock_key((state->>'policy_id')::bigint));
+    RETURN st;
+END
+$fn$;
+
 -- Sweeps delete-action policies now (one, or all when policy is NULL), committing after every
--- batch. A policy whose lock is held by another pruner is skipped and that is ledgered.
+-- step. A policy whose lock is held by another pruner is skipped and that is ledgered.
 CREATE PROCEDURE retention.run(policy text DEFAULT NULL)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -203,21 +247,18 @@ BEGIN
     END IF;
     FOR p IN SELECT * FROM retention._run_order(run.policy) LOOP
         n := n + 1;
-        IF NOT pg_catalog.pg_try_advisory_lock(retention._lock_key(p.id)) THEN
-            PERFORM retention._ledger_skip_locked(p.id, current_user::text);
+        st := retention._run_begin(p.id, current_user::text, NULL, false);
+        COMMIT;
+        IF st IS NULL THEN
             RAISE NOTICE 'policy %: skipped, another pruner holds its lock', p.name;
-            COMMIT;
             CONTINUE;
         END IF;
-        st := retention._sweep_start(p.id, current_user::text, NULL);
-        COMMIT;
         WHILE NOT (st->>'done')::boolean LOOP
-            st := retention._sweep_batch_safe(st);
+            st := retention._sweep_step_safe(st);
             COMMIT;
         END LOOP;
-        st := retention._sweep_finish(st);
+        st := retention._run_end(st, false);
         COMMIT;
-        PERFORM pg_catalog.pg_advisory_unlock(retention._lock_key(p.id));
         RAISE NOTICE 'policy %: % (% rows deleted in % batches)%', p.name, st->>'outcome',
             st->>'deleted', st->>'batches', coalesce(': ' || (st->>'reason'), '');
     END LOOP;
@@ -229,36 +270,13 @@ $fn$;
 
 -- Ledgers that a run skipped a policy because another pruner holds its lock.
 CREATE FUNCTION retention._ledger_skip_locked(policy_id bigint, actor text) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    INSERT INTO retention.ledger_entries (method, policy, policy_id, policy_version, relation, rows, actor, detail)
-    SELECT 'skip_locked', p.name, p.id, p.version, p.relation::text, 0, _ledger_skip_locked.actor,
-           jsonb_build_object('reason', 'another pruner holds the policy lock')
-      FROM retention.policies p WHERE p.id = _ledger_skip_locked.policy_id;
+LANGUAGE sql STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._ledger_append('skip_locked', _ledger_skip_locked.actor,
+                                    jsonb_build_object('reason', 'another pruner holds the policy lock'),
+                                    _ledger_skip_locked.policy_id);
 $fn$;
 
 -- ---- The background worker: its state, its steps, wake() and health(). ----
-
--- One row per database worker that ever ran in this database.
-CREATE TABLE retention.worker_state (
-    database          name PRIMARY KEY,
-    pid               integer,
-    state             text NOT NULL,
-    current_policy    text,
-    started_at        timestamptz,
-    last_cycle_start  timestamptz,
-    last_cycle_end    timestamptz,
-    next_wake         timestamptz,
-    wake_requested_at timestamptz,
-    updated_at        timestamptz NOT NULL DEFAULT now()
-);
-
-CREATE VIEW retention.workers AS
-SELECT w.database, w.pid, w.state, w.current_policy, w.started_at, w.last_cycle_start,
-       w.last_cycle_end, w.next_wake,
-       EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
-                WHERE a.pid = w.pid AND a.backend_type = 'pg_retention worker') AS running
-FROM retention.worker_state w;
-GRANT SELECT ON retention.workers TO retention_admin;
 
 -- Called by a worker when it starts: a previous worker that did not stop cleanly crashed.
 CREATE FUNCTION retention._worker_started(restarts bigint) RETURNS void
@@ -268,10 +286,10 @@ DECLARE
 BEGIN
     SELECT * INTO prev FROM retention.worker_state w WHERE w.database = current_database();
     IF FOUND AND prev.state <> 'stopped' AND prev.pid IS DISTINCT FROM pg_backend_pid() THEN
-        INSERT INTO retention.ledger_entries (method, policy, actor, detail)
-        VALUES ('worker_crash', prev.current_policy, 'worker',
+        PERFORM retention._ledger_append('worker_crash', 'worker',
                 jsonb_build_object('previous_pid', prev.pid, 'previous_state', prev.state,
-                                   'policy', prev.current_policy, 'restarts', restarts));
+                                   'policy', prev.current_policy, 'restarts', restarts),
+                NULL, prev.current_policy);
         RAISE WARNING 'pg_retention: the previous worker of database % (pid %) ended without stopping cleanly while %',
             current_database(), prev.pid, prev.state;
     END IF;
@@ -303,28 +321,11 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
       FROM retention.worker_state w WHERE w.database = current_database();
 $fn$;
 
--- The worker takes the same per-policy session lock as CALL retention.run().
-CREATE FUNCTION retention._worker_try_lock(policy_id bigint) RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    IF pg_try_advisory_lock(retention._lock_key(policy_id)) THEN
-        RETURN true;
-    END IF;
-    PERFORM retention._ledger_skip_locked(policy_id, 'worker');
-    RETURN false;
-END
-$fn$;
-
-CREATE FUNCTION retention._worker_unlock(policy_id bigint) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT pg_advisory_unlock(retention._lock_key(policy_id)) $fn$;
-
 -- Ledgers the policies a cycle did not reach because the cycle cap was hit.
 CREATE FUNCTION retention._worker_cycle_cap(cap bigint, skipped text[]) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    INSERT INTO retention.ledger_entries (method, policy, policy_id, policy_version, relation, actor, detail)
-    SELECT 'cycle_cap', p.name, p.id, p.version, p.relation::text, 'worker',
-           jsonb_build_object('warning', 'cycle cap reached before this policy ran', 'cap', $1)
+    SELECT retention._ledger_append('cycle_cap', 'worker',
+               jsonb_build_object('warning', 'cycle cap reached before this policy ran', 'cap', $1), p.id)
       FROM retention.policies p WHERE p.name = ANY ($2);
 $fn$;
 
@@ -339,10 +340,10 @@ BEGIN
     RETURN retention._sweep_start(policy_id, actor, cycle_remaining);
 EXCEPTION WHEN OTHERS THEN
     GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE;
-    INSERT INTO retention.ledger_entries (method, policy, policy_id, policy_version, relation, actor, detail)
-    SELECT 'error', p.name, p.id, p.version, p.relation::text, actor,
-           jsonb_build_object('error', msg, 'sqlstate', code, 'step', 'start')
-      FROM retention.policies p WHERE p.id = policy_id;
+    IF policy_id IS NOT NULL THEN
+        PERFORM retention._ledger_append('error', actor,
+                    jsonb_build_object('error', msg, 'sqlstate', code, 'step', 'start'), policy_id);
+    END IF;
     RETURN NULL;
 END
 $fn$;
@@ -547,8 +548,9 @@ GRANT EXECUTE ON FUNCTION
     retention.place_hold(regclass, text, text, text), retention.lift_hold(bigint, text, text),
     retention.preview(text), retention.replay_floor(text), retention.check_replay(text, timestamptz),
     retention._run_order(text), retention._lock_key(bigint), retention._sweep_start(bigint, text, bigint),
-    retention._sweep_batch_safe(jsonb), retention._sweep_batch(jsonb), retention._sweep_failed(jsonb, text, text),
-    retention._sweep_finish(jsonb), retention._ledger_skip_locked(bigint, text)
+    retention._sweep_step_safe(jsonb), retention._sweep_step(jsonb), retention._sweep_failed(jsonb, text, text),
+    retention._sweep_finish(jsonb), retention._ledger_skip_locked(bigint, text),
+    retention._run_begin(bigint, text, bigint, boolean), retention._run_end(jsonb, boolean)
     TO retention_admin;
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admin;

@@ -84,6 +84,20 @@ CREATE TABLE retention.hold_lifts (
     lifted_at timestamptz NOT NULL DEFAULT now()
 );
 
+-- One row per database worker that ever ran in this database.
+CREATE TABLE retention.worker_state (
+    database          name PRIMARY KEY,
+    pid               integer,
+    state             text NOT NULL,
+    current_policy    text,
+    started_at        timestamptz,
+    last_cycle_start  timestamptz,
+    last_cycle_end    timestamptz,
+    next_wake         timestamptz,
+    wake_requested_at timestamptz,
+    updated_at        timestamptz NOT NULL DEFAULT now()
+);
+
 -- The append-only ledger of every destructive action and every reason one did not happen.
 CREATE TABLE retention.ledger_entries (
     id             bigserial PRIMARY KEY,

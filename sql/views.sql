@@ -71,3 +71,12 @@ GROUP BY p.relation;
 
 GRANT SELECT ON retention.policies, retention.policy_history, retention.holds, retention.ledger,
     retention.stats, retention.tables TO retention_admin;
+
+-- The background workers of this database, and whether each is running now.
+CREATE VIEW retention.workers AS
+SELECT w.database, w.pid, w.state, w.current_policy, w.started_at, w.last_cycle_start,
+       w.last_cycle_end, w.next_wake,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+                WHERE a.pid = w.pid AND a.backend_type = 'pg_retention worker') AS running
+FROM retention.worker_state w;
+GRANT SELECT ON retention.workers TO retention_admin;

@@ -136,6 +136,7 @@ pub fn missing_privilege(role: u32, relation: u32, archive: bool) -> Result<Opti
                 privilege.into(),
             ],
         )?
+        // NULL: the table is gone, and a role has no privilege on a table that is not there.
         .unwrap_or(false);
         if !has {
             return Ok(Some(privilege));
@@ -189,6 +190,7 @@ pub fn row_matches(role: u32, predicate: &str, rowtype: u32, row: AnyElement) ->
         let plan = prepared::cached(&sql, &[PgOid::from(row.oid())], false)?;
         // Safety: the datum is the row this function was called with, of the type it says.
         let arg = unsafe { DatumWithOid::new(row, row.oid()) };
-        Ok(prepared::one::<bool>(&plan, &[arg])?.unwrap_or(false))
+        // The predicate is wrapped in coalesce(…, false): it is never NULL.
+        crate::error::present(prepared::one::<bool>(&plan, &[arg])?, "a row predicate")
     })
 }

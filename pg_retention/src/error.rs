@@ -284,3 +284,9 @@ impl<T> OrReport<T> for Result<T> {
         }
     }
 }
+
+/// The value of a statement that cannot return NULL (a count, an EXISTS, a RETURNING of a row
+/// just written), or a typed internal error naming `what` when it did.
+pub fn present<T>(value: Option<T>, what: &str) -> Result<T> {
+    value.ok_or_else(|| RetentionError::Internal(format!("{what} returned NULL")))
+}

@@ -7,10 +7,11 @@
 //!
 //! The digest check of `complete_batch` still protects every column where these cannot.
 
-use crate::catalog::{Policy, PolicySpec, RelationInfo};
+use crate::catalog::{Action, Policy, PolicySpec, RelationInfo};
+use crate::engine::eligible::age_condition;
 use crate::error::OrReport;
 use crate::error::{Result, RetentionError};
-use crate::sql_text::{ident, literal, predicate};
+use crate::sql_text::{ident, literal};
 use pgrx::prelude::*;
 
 /// Name of the CHECK constraint of policy `id`.
@@ -35,11 +36,13 @@ pub fn install(id: i64, spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
     let check = format!("NOT (\n{terminal}\n) OR {} IS NOT NULL", ident(age));
     // The terminal predicate is the author's: it runs with their privileges.
     let violating = crate::author::run_as(crate::catalog::caller_oid(), || {
-        Ok(Spi::get_one::<i64>(&format!(
-            "SELECT count(*) FROM ONLY {} t WHERE NOT ({check})",
-            rel.qualified
-        ))?
-        .unwrap_or(0))
+        crate::error::present(
+            Spi::get_one::<i64>(&format!(
+                "SELECT count(*) FROM ONLY {} t WHERE NOT ({check})",
+                rel.qualified
+            ))?,
+            "count(*)",
+        )
     })?;
     if violating > 0 {
         return Err(RetentionError::FixpointViolation {
@@ -62,7 +65,7 @@ pub fn install(id: i64, spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
 
 /// Removes the guards of policy `id` from table `relation`, if both still exist.
 pub fn remove(id: i64, relation: u32) -> Result<()> {
-    let table = crate::catalog::optional_one::<String>(
+    let table = crate::catalog::optional_one::<String, _>(
         "SELECT c.oid::regclass::text FROM pg_class c WHERE c.oid = $1::bigint::oid",
         &[i64::from(relation).into()],
     )?;
@@ -79,21 +82,15 @@ pub fn remove(id: i64, relation: u32) -> Result<()> {
 
 /// A row of an archive policy's table is eligible: in scope, terminal and past the window.
 fn eligible_sql(spec: &PolicySpec) -> Option<String> {
-    let (Some(terminal), Some(age), Some(window)) =
-        (&spec.terminal, &spec.age_column, &spec.older_than)
+    let (Some(_), Some(age), Some(window)) = (&spec.terminal, &spec.age_column, &spec.older_than)
     else {
         return None;
     };
-    let scope = spec
-        .scope
-        .as_deref()
-        .map(predicate)
-        .unwrap_or_else(|| "true".into());
-    Some(format!(
-        "{scope} AND {} AND t.{} < now() - {}::interval",
-        predicate(terminal),
-        ident(age),
-        literal(window)
+    // The cutoff is now, at each update: not one fixed when a statement was planned.
+    Some(age_condition(
+        spec,
+        &ident(age),
+        &format!("now() - {}::interval", literal(window)),
     ))
 }
 
@@ -102,7 +99,7 @@ fn fixpoint_eligible(policy_id: i64, relation: u32, row: pgrx::AnyElement) -> Re
         // The policy was dropped and its guard with it; a trigger left behind guards nothing.
         return Ok(false);
     };
-    if policy.relation != relation || policy.action != "archive_then_delete" {
+    if policy.relation != relation || policy.action != Action::ArchiveThenDelete {
         return Err(RetentionError::invalid(
             format!("policy {} does not guard this table", policy.name),
             format!("The guard was called for table oid {relation}."),

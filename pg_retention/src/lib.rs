@@ -1,7 +1,9 @@
 //! pg_retention: governed, provable data retention for PostgreSQL.
 //!
 //! The tree is the architecture: `api/` is the SQL surface, `catalog/` reads and appends the
-//! catalog, `engine/` decides eligibility, sweeps and previews, `gucs.rs` holds the settings.
+//! catalog, `engine/` decides eligibility, sweeps and previews, `archive/` claims, verifies and
+//! prunes archive batches, `render.rs` turns rows into slice frames, `gucs.rs` holds the settings.
+//! See docs/architecture.md for the paths a row takes through them.
 //! The catalog DDL and the plain-SQL parts of the surface live in `sql/`.
 use pgrx::prelude::*;
 
@@ -13,6 +15,7 @@ mod engine;
 mod error;
 mod guard;
 mod gucs;
+mod render;
 mod sql_text;
 mod subxact;
 mod tid;
@@ -36,6 +39,11 @@ extension_sql_file!(
     "../../sql/archive.sql",
     name = "archive",
     requires = ["catalog"]
+);
+extension_sql_file!(
+    "../../sql/ledger.sql",
+    name = "ledger",
+    requires = ["views"]
 );
 extension_sql_file!("../../sql/api.sql", name = "api", finalize);
 

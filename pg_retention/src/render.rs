@@ -6,7 +6,6 @@
 
 use crate::catalog::{prepared, RelationInfo};
 use crate::error::{Result, RetentionError};
-use crate::sql_text::ident;
 use crate::tid::{self, Tid};
 use pg_retention_format::append_frame;
 use pgrx::datum::DatumWithOid;
@@ -324,74 +323,11 @@ fn render_frames(
 ) -> Result<Rendered> {
     let layout = RowLayout {
         width: rel.columns.len(),
-        key_at: pk_positions(rel)?,
+        key_at: rel.pk_positions()?,
         frames: true,
         extremes: None,
     };
     Ok(render_rows(sql, args, &layout)?.0)
-}
-
-/// The columns of alias `t` in attribute order (a frame's columns).
-pub fn column_list(rel: &RelationInfo) -> String {
-    rel.columns
-        .iter()
-        .map(|c| format!("t.{}", ident(&c.name)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Positions of the primary-key columns among the table's columns.
-pub fn pk_positions(rel: &RelationInfo) -> Result<Vec<usize>> {
-    rel.pk
-        .iter()
-        .map(|k| {
-            rel.columns
-                .iter()
-                .position(|c| &c.name == k)
-                .ok_or_else(|| RetentionError::UndefinedColumn {
-                    relation: rel.qualified.clone(),
-                    column: k.clone(),
-                })
-        })
-        .collect()
-}
-
-/// The primary key of alias `t` in key order (for ORDER BY).
-pub fn pk_order(rel: &RelationInfo) -> String {
-    rel.pk
-        .iter()
-        .map(|c| format!("t.{}", ident(c)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Compares the primary key of alias `t` with the text[] key `key` (each element back through
-/// its column type's input) as one row comparison: `>` is "after it" in the primary key's own
-/// order, which an index range scan can start from.
-pub fn key_compare(rel: &RelationInfo, op: &str, key: &str) -> Result<String> {
-    let left: Vec<String> = rel.pk.iter().map(|c| format!("t.{}", ident(c))).collect();
-    Ok(format!("({}) {op} {}", left.join(", "), key_row(rel, key)?))
-}
-
-/// Compares two text[] keys `left` and `right` as rows of the primary key's types.
-pub fn key_row_compare(rel: &RelationInfo, left: &str, op: &str, right: &str) -> Result<String> {
-    Ok(format!(
-        "{} {op} {}",
-        key_row(rel, left)?,
-        key_row(rel, right)?
-    ))
-}
-
-/// The text[] key `key` as a row of the primary key's types, each element back through its
-/// column type's input.
-fn key_row(rel: &RelationInfo, key: &str) -> Result<String> {
-    let items = rel
-        .pk
-        .iter()
-        .enumerate()
-        .map(|(i, c)| Ok(format!("({key})[{}]::{}", i + 1, rel.column(c)?.type_name)))
-        .collect::<Result<Vec<String>>>()?;
-    Ok(format!("({})", items.join(", ")))
 }
 
 /// Renders the rows at `places` (in the scan's order; see [`Rendered::reordered`]), each with
@@ -399,7 +335,7 @@ fn key_row(rel: &RelationInfo, key: &str) -> Result<String> {
 pub fn render_batch(rel: &RelationInfo, places: &[Tid]) -> Result<Rendered> {
     let sql = format!(
         "SELECT {cols}, t.ctid FROM ONLY {table} t WHERE t.ctid = ANY ($1)",
-        cols = column_list(rel),
+        cols = rel.column_list(),
         table = rel.qualified,
     );
     render_at(rel, &sql, places, false)
@@ -426,7 +362,7 @@ pub fn render_at(
 pub fn sample_frames(rel: &RelationInfo, condition: &str, limit: i64) -> Result<Rendered> {
     let sql = format!(
         "SELECT {cols} FROM ONLY {table} t WHERE {condition} LIMIT {limit}",
-        cols = column_list(rel),
+        cols = rel.column_list(),
         table = rel.qualified,
     );
     render_frames(rel, Statement::Text(&sql), &[])

@@ -1,5 +1,6 @@
 //! A row's place in its table (its ctid) as Rust carries it between statements: (block, item).
-//! The sweep's watermark, the quota's last row and the archive's claim-time places all use it.
+//! The sweep's watermark, the quota's last row and the archive's claim-time places all use it;
+//! statements get it as a parameter, or as a literal where SQL text has to carry it.
 
 use pgrx::pg_sys::ItemPointerData;
 
@@ -26,4 +27,31 @@ pub fn of(tid: ItemPointerData) -> Tid {
 /// The tid datums of `places`, for a tid[] parameter.
 pub fn pointers(places: &[Tid]) -> Vec<ItemPointerData> {
     places.iter().map(|&p| pointer(p)).collect()
+}
+
+/// A `tid` literal of a place.
+pub fn literal((block, item): Tid) -> String {
+    format!("'({block},{item})'::tid")
+}
+
+/// Parses Postgres's text form of a tid, `(block,item)`.
+pub fn parse(text: &str) -> Option<Tid> {
+    let inner = text.trim().strip_prefix('(')?.strip_suffix(')')?;
+    let (b, i) = inner.split_once(',')?;
+    Some((b.trim().parse().ok()?, i.trim().parse().ok()?))
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use super::*;
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn tids_round_trip() {
+        assert_eq!(parse("(12,7)"), Some((12, 7)));
+        assert_eq!(literal((12, 7)), "'(12,7)'::tid");
+        assert_eq!(parse("12,7"), None);
+        assert_eq!(of(pointer((12, 7))), (12, 7));
+    }
 }

@@ -2,7 +2,7 @@
 //! are SQL wrappers in sql/api.sql that pin the output settings (so rows render to the same
 //! bytes in every session) and raise our typed errors.
 
-use crate::archive::batch;
+use crate::archive::{claim, lease, prune, slice};
 use crate::error::{outcome, required};
 use pgrx::prelude::*;
 
@@ -16,7 +16,7 @@ fn _claim_batch(
     owner: Option<&str>,
 ) -> pgrx::JsonB {
     outcome((|| {
-        batch::claim(
+        claim::claim(
             required(policy, "policy")?,
             required(max_rows, "max_rows")?,
             required(lease, "lease")?,
@@ -37,7 +37,7 @@ fn _claim_slice(
     resume: Option<bool>,
 ) -> TableIterator<'static, (name!(result, pgrx::JsonB), name!(slice, Option<Vec<u8>>))> {
     let claimed = (|| {
-        batch::claim_with_slice(
+        claim::claim_with_slice(
             required(policy, "policy")?,
             required(max_rows, "max_rows")?,
             required(lease, "lease")?,
@@ -57,7 +57,7 @@ fn _claim_slice(
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _batch_manifest(batch: &str, digest: bool) -> pgrx::JsonB {
-    outcome(batch::manifest(batch, digest))
+    outcome(slice::manifest(batch, digest))
 }
 
 /// The frames of a batch, in key order: rows of (NULL, frame), or one row of (`{"error": …}`,
@@ -74,7 +74,7 @@ fn _batch_frames(
         name!(frame, Option<Vec<u8>>),
     ),
 > {
-    match batch::batch_frames(batch) {
+    match slice::batch_frames(batch) {
         Ok(frames) => TableIterator::new(frames.into_iter().map(|f| (None, Some(f)))),
         Err(e) => TableIterator::once((Some(outcome(Err::<(), _>(e))), None)),
     }
@@ -87,7 +87,7 @@ fn _batch_frames(
 fn _batch_slice(
     batch: &str,
 ) -> TableIterator<'static, (name!(result, pgrx::JsonB), name!(slice, Option<Vec<u8>>))> {
-    let (result, slice) = match batch::batch_slice(batch) {
+    let (result, slice) = match slice::batch_slice(batch) {
         Ok(slice) => (outcome(Ok(())), Some(slice)),
         Err(e) => (outcome(Err::<(), _>(e)), None),
     };
@@ -98,14 +98,14 @@ fn _batch_slice(
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _extend_lease(batch: &str, lease: &str) -> pgrx::JsonB {
-    outcome(batch::extend_lease(batch, lease))
+    outcome(lease::extend(batch, lease))
 }
 
 /// Releases a batch; `{"ok": released?}`.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _release_batch(batch: &str, reason: &str) -> pgrx::JsonB {
-    outcome(batch::release(batch, reason))
+    outcome(lease::release(batch, reason))
 }
 
 /// Verifies and prunes a batch; `{"ok": rows deleted}` or `{"error": …}`. A refused prune has
@@ -121,7 +121,7 @@ fn _complete_batch(
     owner: Option<&str>,
 ) -> pgrx::JsonB {
     outcome((|| {
-        batch::complete(
+        prune::complete(
             required(batch, "batch")?,
             required(object_key, "object_key")?,
             required(blake3, "blake3")?,

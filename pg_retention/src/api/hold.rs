@@ -1,6 +1,7 @@
 //! Legal holds: placing and lifting. Both append; nothing is ever changed.
 
-use crate::catalog::{caller, caller_oid, LedgerEntry, RelationInfo};
+use crate::catalog::hold::{append_lift, hold_check, hold_state, HoldCheck, NewHold};
+use crate::catalog::{caller, caller_oid, LedgerEntry, LedgerMethod, RelationInfo};
 use crate::engine::validate::check_predicate;
 use crate::error::{outcome, OrReport, Result, RetentionError};
 use pgrx::prelude::*;
@@ -22,21 +23,17 @@ fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i6
     non_empty(actor, "actor")?;
     let rel = RelationInfo::load(relation, &format!("oid {relation}"))?;
     check_predicate(&rel, predicate, "hold", caller_oid(), false)?;
-    let id = Spi::get_one_with_args::<i64>(
-        "INSERT INTO retention.hold_records (relation, relation_name, predicate, reason, actor, placed_by)
-         VALUES ($1::bigint::oid, $2, $3, $4, $5, $6::bigint::oid) RETURNING id",
-        &[
-            i64::from(relation).into(),
-            rel.qualified.as_str().into(),
-            predicate.into(),
-            reason.into(),
-            actor.into(),
-            i64::from(caller_oid()).into(),
-        ],
-    )?
-    .ok_or_else(|| RetentionError::Internal("hold insert returned nothing".into()))?;
+    let id = NewHold {
+        relation,
+        relation_name: &rel.qualified,
+        predicate,
+        reason,
+        actor,
+        placed_by: caller_oid(),
+    }
+    .append()?;
     LedgerEntry {
-        method: "hold_place",
+        method: LedgerMethod::HoldPlace,
         policy: None,
         relation: Some(&rel.qualified),
         rows: 0,
@@ -59,29 +56,18 @@ fn _place_hold(relation: pg_sys::Oid, predicate: &str, reason: &str, actor: &str
 fn lift(hold_id: i64, actor: &str, reason: &str) -> Result<()> {
     non_empty(reason, "reason")?;
     non_empty(actor, "actor")?;
-    let Some(relation) = crate::catalog::optional_one::<String>(
-        "SELECT h.relation_name FROM retention.hold_records h WHERE h.id = $1",
-        &[hold_id.into()],
-    )?
-    else {
+    let Some((relation, lifted)) = hold_state(hold_id)? else {
         return Err(RetentionError::UnknownHold(hold_id));
     };
-    let lifted = Spi::get_one_with_args::<bool>(
-        "SELECT EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = $1)",
-        &[hold_id.into()],
-    )?;
-    if lifted == Some(true) {
+    if lifted {
         return Err(RetentionError::WrongState {
             message: format!("hold {hold_id} is already lifted"),
             hint: "See retention.holds.".into(),
         });
     }
-    Spi::run_with_args(
-        "INSERT INTO retention.hold_lifts (hold_id, actor, reason) VALUES ($1, $2, $3)",
-        &[hold_id.into(), actor.into(), reason.into()],
-    )?;
+    append_lift(hold_id, actor, reason)?;
     LedgerEntry {
-        method: "hold_lift",
+        method: LedgerMethod::HoldLift,
         policy: None,
         relation: Some(&relation),
         rows: 0,
@@ -123,16 +109,8 @@ fn _predicate_problem(
     .or_report()
 }
 
-/// A hold as `_hold_matches` evaluates it. Hold records never change, so they are read once
-/// per backend.
-#[derive(Clone, serde::Deserialize)]
-struct HoldCheck {
-    predicate: String,
-    placer: u32,
-    reltype: u32,
-}
-
 thread_local! {
+    /// Hold records never change, so each is read once per backend.
     static HOLD_CHECKS: std::cell::RefCell<std::collections::HashMap<i64, HoldCheck>> =
         std::cell::RefCell::new(std::collections::HashMap::new());
 }
@@ -142,14 +120,7 @@ fn hold_matches(hold_id: i64, row: pgrx::AnyElement) -> Result<bool> {
     let check = match cached {
         Some(check) => check,
         None => {
-            let check: HoldCheck = crate::catalog::query_json(
-                "SELECT jsonb_build_object('predicate', h.predicate, 'placer', h.placed_by::bigint,
-                                           'reltype', c.reltype::bigint)
-                   FROM retention.hold_records h JOIN pg_catalog.pg_class c ON c.oid = h.relation
-                  WHERE h.id = $1",
-                &[hold_id.into()],
-            )?
-            .ok_or(RetentionError::UnknownHold(hold_id))?;
+            let check = hold_check(hold_id)?;
             HOLD_CHECKS.with(|c| c.borrow_mut().insert(hold_id, check.clone()));
             check
         }

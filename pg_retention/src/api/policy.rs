@@ -1,6 +1,8 @@
 //! Policy definitions: add, alter, enable, disable, drop, and window links.
 
-use crate::catalog::{caller, caller_oid, query_json, Policy, PolicySpec, RelationInfo};
+use crate::catalog::link;
+use crate::catalog::policy::{append_version, check_names};
+use crate::catalog::{caller, caller_oid, Action, Change, Policy, PolicySpec, RelationInfo};
 use crate::engine::validate::{interval_sign, validate};
 use crate::error::{outcome, OrReport, Result, RetentionError};
 use crate::guard;
@@ -24,34 +26,9 @@ fn merge(base: &PolicySpec, changes: &Value) -> Result<PolicySpec> {
 }
 
 /// Refuses a definition that would break a window link it takes part in.
-fn check_links(policy_id: Option<i64>, spec: &PolicySpec) -> Result<()> {
-    let Some(id) = policy_id else { return Ok(()) };
-    #[derive(serde::Deserialize)]
-    struct Link {
-        producer: String,
-        consumer: String,
-        producer_window: Option<String>,
-        consumer_window: Option<String>,
-        margin: String,
-        role: String,
-    }
-    let links: Vec<Link> = query_json(
-        "SELECT coalesce(jsonb_agg(jsonb_build_object(
-                    'producer', pp.name, 'consumer', cp.name,
-                    'producer_window', pv.older_than::text, 'consumer_window', cv.older_than::text,
-                    'margin', l.margin::text,
-                    'role', CASE WHEN l.producer_id = $1 THEN 'producer' ELSE 'consumer' END)), '[]')
-           FROM retention.window_links l
-           JOIN retention.policies pp ON pp.id = l.producer_id
-           JOIN retention.policies cp ON cp.id = l.consumer_id
-           JOIN retention.policy_versions pv ON pv.policy_id = pp.id AND pv.version = pp.version
-           JOIN retention.policy_versions cv ON cv.policy_id = cp.id AND cv.version = cp.version
-          WHERE l.producer_id = $1 OR l.consumer_id = $1",
-        &[id.into()],
-    )?
-    .unwrap_or_default();
-    for link in links {
-        let (producer_window, consumer_window) = if link.role == "producer" {
+fn check_links(policy_id: i64, spec: &PolicySpec) -> Result<()> {
+    for link in link::links_of(policy_id)? {
+        let (producer_window, consumer_window) = if link.is_producer {
             (spec.older_than.clone(), link.consumer_window)
         } else {
             (link.producer_window, spec.older_than.clone())
@@ -86,11 +63,13 @@ fn ensure_link(
         "SELECT $2::interval >= $1::interval + $3::interval, ($1::interval + $3::interval)::text",
         &[pw.as_str().into(), cw.as_str().into(), margin.into()],
     )?;
+    let required =
+        required.ok_or_else(|| RetentionError::Internal("a window sum returned NULL".into()))?;
     if ok != Some(true) {
         return Err(RetentionError::WindowLink {
             producer: producer.into(),
             consumer: consumer.into(),
-            required: required.unwrap_or_default(),
+            required,
             producer_window: pw,
             margin: margin.into(),
         });
@@ -101,69 +80,15 @@ fn ensure_link(
 /// One table, one class: refuses a definition whose action differs from that of another live
 /// policy on the same table (a delete policy could remove audit rows before they are archived).
 fn check_class(policy_id: Option<i64>, spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
-    #[derive(serde::Deserialize)]
-    struct Other {
-        name: String,
-        action: String,
-    }
-    let other: Option<Other> = query_json(
-        "SELECT to_jsonb(x) FROM (
-             SELECT p.name, p.action FROM retention.policies p
-              WHERE p.relation::oid = $1::bigint::oid AND p.id IS DISTINCT FROM $2 AND p.action <> $3
-              ORDER BY p.name LIMIT 1) x",
-        &[
-            i64::from(rel.oid).into(),
-            policy_id.into(),
-            spec.action.as_str().into(),
-        ],
-    )?;
-    match other {
+    match Policy::other_class(rel.oid, policy_id, spec.action)? {
         None => Ok(()),
-        Some(other) => Err(RetentionError::ClassConflict {
+        Some((other, action)) => Err(RetentionError::ClassConflict {
             relation: rel.qualified.clone(),
-            class: if other.action == "archive_then_delete" {
-                "archive".into()
-            } else {
-                "delete".into()
-            },
-            other: other.name,
-            action: spec.action.clone(),
+            class: action.class().into(),
+            other,
+            action: spec.action.as_str().into(),
         }),
     }
-}
-
-fn append_version(
-    policy_id: i64,
-    spec: &PolicySpec,
-    relation_name: &str,
-    change: &str,
-    owner: u32,
-) -> Result<i32> {
-    let args = [
-        policy_id.into(),
-        i64::from(spec.relation).into(),
-        relation_name.into(),
-        pgrx::JsonB(serde_json::to_value(spec)?).into(),
-        change.into(),
-        caller().into(),
-        i64::from(owner).into(),
-    ];
-    let version = Spi::get_one_with_args::<i32>(
-        "INSERT INTO retention.policy_versions
-             (policy_id, version, relation, relation_name, kind, age_column, older_than, scope, terminal,
-              group_by, order_by, keep, min_keep, action, batch_size, max_rows_per_run, enabled,
-              change, changed_by, owner)
-         SELECT $1, coalesce((SELECT max(version) FROM retention.policy_versions WHERE policy_id = $1), 0) + 1,
-                $2::bigint::oid, $3, s.kind, s.age_column, s.older_than::interval, s.scope, s.terminal,
-                s.group_by, s.order_by, s.keep, s.min_keep, s.action, s.batch_size, s.max_rows_per_run,
-                s.enabled, $5, $6, $7::bigint::oid
-           FROM jsonb_to_record($4) AS s(kind text, age_column text, older_than text, scope text,
-                terminal text, group_by text[], order_by text, keep int, min_keep int, action text,
-                batch_size int, max_rows_per_run bigint, enabled boolean)
-         RETURNING version",
-        &args,
-    )?;
-    version.ok_or_else(|| RetentionError::Internal("policy version insert returned nothing".into()))
 }
 
 /// The fields `add_policy` (and, for `name`, `alter_policy`) cannot do without.
@@ -177,10 +102,17 @@ const REQUIRED_TO_ADD: [&str; 6] = [
 ];
 
 fn define(change: &str, spec: Value) -> Result<i64> {
-    let required: &[&'static str] = if change == "add" {
-        &REQUIRED_TO_ADD
-    } else {
-        &REQUIRED_TO_ADD[..1]
+    let change = Change::parse(change)?;
+    let required: &[&'static str] = match change {
+        Change::Add => &REQUIRED_TO_ADD,
+        Change::Alter => &REQUIRED_TO_ADD[..1],
+        Change::Enable | Change::Disable | Change::Drop => {
+            return Err(RetentionError::invalid(
+                format!("a definition cannot {}", change.as_str()),
+                "Definitions add or alter a policy.",
+                "Call retention.enable_policy, disable_policy or drop_policy.",
+            ))
+        }
     };
     for &field in required {
         if spec.get(field).is_none_or(Value::is_null) {
@@ -192,45 +124,40 @@ fn define(change: &str, spec: Value) -> Result<i64> {
         .and_then(Value::as_str)
         .ok_or(RetentionError::NullArgument("name"))?
         .to_owned();
-    match change {
-        "add" => {
-            let mut spec: PolicySpec = serde_json::from_value(spec)?;
-            spec.enabled = true;
-            let exists = Spi::get_one_with_args::<bool>(
-                "SELECT EXISTS (SELECT 1 FROM retention.policy_ids WHERE name = $1 AND dropped_at IS NULL)",
-                &[name.as_str().into()],
-            )?;
-            if exists == Some(true) {
-                return Err(RetentionError::DuplicatePolicy(name));
-            }
-            let rel = validate(&spec)?;
-            check_class(None, &spec, &rel)?;
-            let id = Spi::get_one_with_args::<i64>(
-                "INSERT INTO retention.policy_ids (name) VALUES ($1) RETURNING id",
-                &[name.as_str().into()],
-            )?
-            .ok_or_else(|| RetentionError::Internal("policy insert returned nothing".into()))?;
-            append_version(id, &spec, &rel.qualified, "add", caller_oid())?;
-            if spec.action == "archive_then_delete" {
-                guard::install(id, &spec, &rel)?;
-            }
-            Ok(id)
+    check_names(&spec)?;
+    if change == Change::Add {
+        let mut spec: PolicySpec = serde_json::from_value(spec)?;
+        spec.enabled = true;
+        if Policy::name_taken(&name)? {
+            return Err(RetentionError::DuplicatePolicy(name));
         }
-        _ => {
-            let current = Policy::by_name(&name)?;
-            let spec = merge(&current.spec, &spec)?;
-            let rel = validate(&spec)?;
-            check_class(Some(current.id), &spec, &rel)?;
-            check_links(Some(current.id), &spec)?;
-            append_version(current.id, &spec, &rel.qualified, "alter", caller_oid())?;
-            if spec.action == "archive_then_delete" {
-                guard::install(current.id, &spec, &rel)?;
-            } else if current.action == "archive_then_delete" {
-                guard::remove(current.id, current.relation)?;
-            }
-            Ok(current.id)
+        let rel = validate(&spec)?;
+        check_class(None, &spec, &rel)?;
+        let id = Policy::new_id(&name)?;
+        append_version(id, &spec, &rel.qualified, Change::Add, caller_oid())?;
+        if spec.action == Action::ArchiveThenDelete {
+            guard::install(id, &spec, &rel)?;
         }
+        return Ok(id);
     }
+    let current = Policy::by_name(&name)?;
+    let spec = merge(&current.spec, &spec)?;
+    let rel = validate(&spec)?;
+    check_class(Some(current.id), &spec, &rel)?;
+    check_links(current.id, &spec)?;
+    append_version(
+        current.id,
+        &spec,
+        &rel.qualified,
+        Change::Alter,
+        caller_oid(),
+    )?;
+    if spec.action == Action::ArchiveThenDelete {
+        guard::install(current.id, &spec, &rel)?;
+    } else if current.action == Action::ArchiveThenDelete {
+        guard::remove(current.id, current.relation)?;
+    }
+    Ok(current.id)
 }
 
 /// Adds (`change = 'add'`) or alters (`'alter'`) a policy from a JSON definition; returns its id.
@@ -241,9 +168,17 @@ fn _define_policy(change: &str, spec: pgrx::JsonB) -> pgrx::JsonB {
 }
 
 fn set_state(name: &str, change: &str) -> Result<i64> {
+    let change = Change::parse(change)?;
+    if let Change::Add | Change::Alter = change {
+        return Err(RetentionError::invalid(
+            format!("a state change cannot {}", change.as_str()),
+            "State changes enable, disable or drop a policy.",
+            "Call retention.add_policy or alter_policy.",
+        ));
+    }
     let current = Policy::by_name(name)?;
     let mut spec = current.spec.clone();
-    spec.enabled = change == "enable";
+    spec.enabled = change == Change::Enable;
     append_version(
         current.id,
         &spec,
@@ -251,14 +186,11 @@ fn set_state(name: &str, change: &str) -> Result<i64> {
         change,
         current.owner,
     )?;
-    if change == "drop" && current.action == "archive_then_delete" {
-        guard::remove(current.id, current.relation)?;
-    }
-    if change == "drop" {
-        Spi::run_with_args(
-            "UPDATE retention.policy_ids SET dropped_at = now() WHERE id = $1",
-            &[current.id.into()],
-        )?;
+    if change == Change::Drop {
+        if current.action == Action::ArchiveThenDelete {
+            guard::remove(current.id, current.relation)?;
+        }
+        Policy::mark_dropped(current.id)?;
     }
     Ok(current.id)
 }
@@ -294,13 +226,7 @@ fn link(producer: &str, consumer: &str, margin: &str) -> Result<()> {
         c.older_than.clone(),
         margin,
     )?;
-    Spi::run_with_args(
-        "INSERT INTO retention.window_links (producer_id, consumer_id, margin, created_by)
-         VALUES ($1, $2, $3::interval, $4)
-         ON CONFLICT (producer_id, consumer_id) DO UPDATE SET margin = EXCLUDED.margin",
-        &[p.id.into(), c.id.into(), margin.into(), caller().into()],
-    )?;
-    Ok(())
+    link::save(p.id, c.id, margin, &caller())
 }
 
 /// Links two policies' windows: from now on `consumer.older_than >= producer.older_than + margin`.

@@ -2,7 +2,7 @@
 
 use crate::catalog::{query_json, Policy};
 use crate::engine::preview::preview as preview_one;
-use crate::error::{OrReport, Result};
+use crate::error::{OrReport, Result, RetentionError};
 use pgrx::prelude::*;
 
 /// policy, eligible, held, hold_ids, would_delete, backlog, archive_bytes_estimate
@@ -11,11 +11,11 @@ type PreviewRow = (String, i64, i64, Vec<i64>, i64, i64, Option<i64>);
 fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
     let names: Vec<String> = match policy {
         Some(name) => vec![Policy::by_name(name)?.name.clone()],
-        None => query_json(
+        None => query_json::<Vec<String>>(
             "SELECT coalesce(jsonb_agg(name ORDER BY name), '[]') FROM retention.policies",
             &[],
         )?
-        .unwrap_or_default(),
+        .ok_or_else(|| RetentionError::Internal("listing policies returned nothing".into()))?,
     };
     let mut rows = Vec::with_capacity(names.len());
     for name in names {

@@ -1,5 +1,5 @@
 //! The sweep protocol used by `CALL retention.run()` and the background worker: start, one
-//! batch per transaction, failure, finish. State travels as jsonb between the calls.
+//! step per transaction, failure, finish. State travels as jsonb between the calls.
 
 use crate::catalog::prepared;
 use crate::engine::sweep::{self, SweepState};
@@ -40,7 +40,7 @@ fn _sweep_start(
     .or_report()
 }
 
-/// Runs one batch; the caller commits afterwards.
+/// Runs one step; the caller commits afterwards.
 ///
 /// The batch's commit does not wait for its WAL to reach disk (`synchronous_commit = off` for
 /// this transaction only): a batch lost to a crash loses its deletes and its ledger record
@@ -49,10 +49,10 @@ fn _sweep_start(
 /// for a flush per batch cost as much as the deletes themselves.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _sweep_batch(state: pgrx::JsonB) -> pgrx::JsonB {
+fn _sweep_step(state: pgrx::JsonB) -> pgrx::JsonB {
     prepared::commit_unflushed()
         .and_then(|()| decode(state))
-        .and_then(sweep::batch)
+        .and_then(sweep::step)
         .and_then(encode)
         .or_report()
 }

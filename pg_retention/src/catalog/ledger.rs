@@ -23,11 +23,59 @@ const INSERT_ARGS: [BuiltinOid; 11] = [
     BuiltinOid::INT8OID,
 ];
 
+/// What a ledger record says happened (`retention.ledger.method`). The SQL side writes the
+/// worker's own methods (`skip_locked`, `cycle_cap`, `worker_crash`, a failed start's `error`)
+/// through `retention._ledger_append`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LedgerMethod {
+    /// A batch of rows deleted (a sweep batch, or an archive batch's prune).
+    Prune,
+    /// Eligible rows kept by holds or references.
+    HoldSkip,
+    /// A run stopped at its row cap with eligible rows left.
+    CapReached,
+    /// A run or batch failed.
+    Error,
+    /// A run's summary.
+    Run,
+    /// A hold placed.
+    HoldPlace,
+    /// A hold lifted.
+    HoldLift,
+    /// An archive batch claimed.
+    Claim,
+    /// An archive batch resumed by its archiver.
+    Resume,
+    /// An archive batch released.
+    Release,
+    /// An archive batch whose lease ran out.
+    LeaseExpired,
+}
+
+impl LedgerMethod {
+    /// The method's name in the ledger.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LedgerMethod::Prune => "prune",
+            LedgerMethod::HoldSkip => "hold_skip",
+            LedgerMethod::CapReached => "cap_reached",
+            LedgerMethod::Error => "error",
+            LedgerMethod::Run => "run",
+            LedgerMethod::HoldPlace => "hold_place",
+            LedgerMethod::HoldLift => "hold_lift",
+            LedgerMethod::Claim => "claim",
+            LedgerMethod::Resume => "resume",
+            LedgerMethod::Release => "release",
+            LedgerMethod::LeaseExpired => "lease_expired",
+        }
+    }
+}
+
 /// One ledger record to append.
 #[derive(Debug)]
 pub struct LedgerEntry<'a> {
-    /// What happened: prune, hold_skip, cap_reached, error, skip_locked, run, hold_place, ...
-    pub method: &'a str,
+    /// What happened.
+    pub method: LedgerMethod,
     /// The policy concerned, if any.
     pub policy: Option<&'a Policy>,
     /// Relation name when there is no policy (holds).
@@ -51,8 +99,8 @@ impl LedgerEntry<'_> {
     }
 
     /// Appends the record with a reference to the archive that made it possible.
-    pub fn append_with_archive(&self, archive_id: Option<i64>) -> Result<()> {
-        self.insert(archive_id)
+    pub fn append_with_archive(&self, archive_id: i64) -> Result<()> {
+        self.insert(Some(archive_id))
     }
 
     fn insert(&self, archive_id: Option<i64>) -> Result<()> {
@@ -61,7 +109,7 @@ impl LedgerEntry<'_> {
             .map(|p| p.relation_name.clone())
             .or_else(|| self.relation.map(str::to_owned));
         let args = [
-            self.method.into(),
+            self.method.as_str().into(),
             self.policy.map(|p| p.name.clone()).into(),
             self.policy.map(|p| p.id).into(),
             self.policy.map(|p| p.version).into(),

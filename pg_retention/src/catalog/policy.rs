@@ -1,11 +1,15 @@
 //! Policies as the engine sees them: the spec an operator gives, and the stored current version.
 
-use crate::catalog::query_json;
+use crate::catalog::{prepared, query_json};
 use crate::error::{Result, RetentionError};
+use pgrx::pg_sys::BuiltinOid;
+use pgrx::prelude::*;
+use pgrx::PgOid;
 use serde::{Deserialize, Serialize};
 
 /// The four policy kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// Rows older than the window.
     Age,
@@ -18,16 +22,139 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Parses the SQL name of a kind.
-    pub fn parse(s: &str) -> Option<Kind> {
+    /// Parses the SQL name of a kind (22023 for anything else).
+    pub fn parse(s: &str) -> Result<Kind> {
         match s {
-            "age" => Some(Kind::Age),
-            "keep_latest" => Some(Kind::KeepLatest),
-            "versions" => Some(Kind::Versions),
-            "entity" => Some(Kind::Entity),
-            _ => None,
+            "age" => Ok(Kind::Age),
+            "keep_latest" => Ok(Kind::KeepLatest),
+            "versions" => Ok(Kind::Versions),
+            "entity" => Ok(Kind::Entity),
+            _ => Err(RetentionError::invalid(
+                format!("unknown policy kind \"{s}\""),
+                "kind must be one of age, keep_latest, versions, entity.",
+                "Pick the kind that matches how rows of this table expire.",
+            )),
         }
     }
+
+    /// The kind's SQL name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Age => "age",
+            Kind::KeepLatest => "keep_latest",
+            Kind::Versions => "versions",
+            Kind::Entity => "entity",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a policy does with its eligible rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Sweeps delete them.
+    Delete,
+    /// Archivers archive them; verified archives are pruned.
+    ArchiveThenDelete,
+}
+
+impl Action {
+    /// Parses the SQL name of an action (22023 for anything else).
+    pub fn parse(s: &str) -> Result<Action> {
+        match s {
+            "delete" => Ok(Action::Delete),
+            "archive_then_delete" => Ok(Action::ArchiveThenDelete),
+            _ => Err(RetentionError::invalid(
+                format!("unknown action \"{s}\""),
+                "action must be delete or archive_then_delete.",
+                "Use archive_then_delete for rows that must be archived before they go.",
+            )),
+        }
+    }
+
+    /// The action's SQL name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Delete => "delete",
+            Action::ArchiveThenDelete => "archive_then_delete",
+        }
+    }
+
+    /// The retention class of a table governed with this action (`retention.tables.class`).
+    pub fn class(self) -> &'static str {
+        match self {
+            Action::Delete => "delete",
+            Action::ArchiveThenDelete => "archive",
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a new policy version records (`retention.policy_history.change`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Registered.
+    Add,
+    /// Definition changed.
+    Alter,
+    /// Sweeps run it again.
+    Enable,
+    /// Sweeps leave it alone.
+    Disable,
+    /// Gone (its history stays).
+    Drop,
+}
+
+impl Change {
+    /// Parses the SQL name of a change.
+    pub fn parse(s: &str) -> Result<Change> {
+        match s {
+            "add" => Ok(Change::Add),
+            "alter" => Ok(Change::Alter),
+            "enable" => Ok(Change::Enable),
+            "disable" => Ok(Change::Disable),
+            "drop" => Ok(Change::Drop),
+            _ => Err(RetentionError::invalid(
+                format!("unknown policy change \"{s}\""),
+                "change must be add, alter, enable, disable or drop.",
+                "Call retention.add_policy, alter_policy, enable_policy, disable_policy or drop_policy.",
+            )),
+        }
+    }
+
+    /// The change's SQL name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Add => "add",
+            Change::Alter => "alter",
+            Change::Enable => "enable",
+            Change::Disable => "disable",
+            Change::Drop => "drop",
+        }
+    }
+}
+
+/// Parses the kind and action of a JSON definition, where given: the boundary where their
+/// names become [`Kind`] and [`Action`], with typed errors for unknown ones.
+pub fn check_names(definition: &serde_json::Value) -> Result<()> {
+    if let Some(kind) = definition.get("kind").and_then(serde_json::Value::as_str) {
+        Kind::parse(kind)?;
+    }
+    if let Some(action) = definition.get("action").and_then(serde_json::Value::as_str) {
+        Action::parse(action)?;
+    }
+    Ok(())
 }
 
 /// A policy definition as given to add/alter and stored in `retention.policy_versions`.
@@ -37,8 +164,8 @@ pub struct PolicySpec {
     pub name: String,
     /// Table oid.
     pub relation: u32,
-    /// `age | keep_latest | versions | entity`.
-    pub kind: String,
+    /// How rows expire.
+    pub kind: Kind,
     /// Column holding the row's age.
     pub age_column: Option<String>,
     /// Window, as interval text.
@@ -55,8 +182,8 @@ pub struct PolicySpec {
     pub keep: Option<i32>,
     /// Floor of versions kept per key.
     pub min_keep: Option<i32>,
-    /// `delete | archive_then_delete`.
-    pub action: String,
+    /// What happens to eligible rows.
+    pub action: Action,
     /// Rows per batch.
     pub batch_size: i32,
     /// Rows per run.
@@ -68,19 +195,6 @@ pub struct PolicySpec {
 
 fn yes() -> bool {
     true
-}
-
-impl PolicySpec {
-    /// The parsed kind (validated at registration).
-    pub fn kind(&self) -> Result<Kind> {
-        Kind::parse(&self.kind).ok_or_else(|| {
-            RetentionError::invalid(
-                format!("unknown policy kind \"{}\"", self.kind),
-                "kind must be one of age, keep_latest, versions, entity.",
-                "Pick the kind that matches how rows of this table expire.",
-            )
-        })
-    }
 }
 
 /// The current version of a live policy.
@@ -106,26 +220,274 @@ impl std::ops::Deref for Policy {
     }
 }
 
-const CURRENT: &str = "
-    SELECT to_jsonb(x) FROM (
-        SELECT p.id, p.name, v.version, v.relation::bigint AS relation, v.relation_name, v.kind,
-               v.age_column, v.older_than::text AS older_than, v.scope, v.terminal, v.group_by,
-               v.order_by, v.keep, v.min_keep, v.action, v.batch_size, v.max_rows_per_run, v.enabled,
-               v.owner::bigint AS owner
-          FROM retention.policy_ids p
-          CROSS JOIN LATERAL (SELECT * FROM retention.policy_versions pv
-                               WHERE pv.policy_id = p.id ORDER BY pv.version DESC LIMIT 1) v
-         WHERE p.dropped_at IS NULL AND";
+/// A policy's definition fields after `name` and `relation`, with their SQL types: the order
+/// of `retention.add_policy`'s and `alter_policy`'s arguments, the fields of [`PolicySpec`]
+/// and the columns of `retention.policy_versions`. The statements below are built from this
+/// list; `a_policy_field_has_one_definition` fails when the SQL surface, the spec or the
+/// catalog disagree with it.
+pub const FIELDS: [(&str, &str); 12] = [
+    ("kind", "text"),
+    ("age_column", "text"),
+    ("older_than", "interval"),
+    ("scope", "text"),
+    ("terminal", "text"),
+    ("group_by", "text[]"),
+    ("order_by", "text"),
+    ("keep", "integer"),
+    ("min_keep", "integer"),
+    ("action", "text"),
+    ("batch_size", "integer"),
+    ("max_rows_per_run", "bigint"),
+];
+
+/// `v.<field>` for each field, as [`PolicySpec`] reads it (intervals as text).
+fn field_selects() -> String {
+    FIELDS
+        .iter()
+        .map(|(name, ty)| match *ty {
+            "interval" => format!("v.{name}::text AS {name}"),
+            _ => format!("v.{name}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The current version of every live policy, as jsonb; callers append the condition on `p`.
+fn current() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        format!(
+            "SELECT to_jsonb(x) FROM (
+                SELECT p.id, p.name, v.version, v.relation::bigint AS relation, v.relation_name,
+                       {fields}, v.enabled, v.owner::bigint AS owner
+                  FROM retention.policy_ids p
+                  CROSS JOIN LATERAL (SELECT * FROM retention.policy_versions pv
+                                       WHERE pv.policy_id = p.id ORDER BY pv.version DESC LIMIT 1) v
+                 WHERE p.dropped_at IS NULL AND",
+            fields = field_selects()
+        )
+    })
+}
 
 impl Policy {
+    /// Whether a live policy is named `name`.
+    pub fn name_taken(name: &str) -> Result<bool> {
+        Spi::get_one_with_args::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM retention.policy_ids WHERE name = $1 AND dropped_at IS NULL)",
+            &[name.into()],
+        )?
+        .ok_or_else(|| RetentionError::Internal("EXISTS returned NULL".into()))
+    }
+
+    /// A new policy id for `name`.
+    pub fn new_id(name: &str) -> Result<i64> {
+        Spi::get_one_with_args::<i64>(
+            "INSERT INTO retention.policy_ids (name) VALUES ($1) RETURNING id",
+            &[name.into()],
+        )?
+        .ok_or_else(|| RetentionError::Internal("policy insert returned nothing".into()))
+    }
+
+    /// Marks policy `id` dropped (its versions and ledger stay).
+    pub fn mark_dropped(id: i64) -> Result<()> {
+        Spi::run_with_args(
+            "UPDATE retention.policy_ids SET dropped_at = now() WHERE id = $1",
+            &[id.into()],
+        )?;
+        Ok(())
+    }
+
+    /// The first (by name) other live policy on table `relation` whose action is not
+    /// `action`: the table's class is the other one.
+    pub fn other_class(
+        relation: u32,
+        policy_id: Option<i64>,
+        action: Action,
+    ) -> Result<Option<(String, Action)>> {
+        #[derive(Deserialize)]
+        struct Other {
+            name: String,
+            action: Action,
+        }
+        let other: Option<Other> = query_json(
+            "SELECT to_jsonb(x) FROM (
+                 SELECT p.name, p.action FROM retention.policies p
+                  WHERE p.relation::oid = $1::bigint::oid AND p.id IS DISTINCT FROM $2 AND p.action <> $3
+                  ORDER BY p.name LIMIT 1) x",
+            &[
+                i64::from(relation).into(),
+                policy_id.into(),
+                action.as_str().into(),
+            ],
+        )?;
+        Ok(other.map(|o| (o.name, o.action)))
+    }
+
     /// The live policy named `name`.
     pub fn by_name(name: &str) -> Result<Policy> {
-        query_json(&format!("{CURRENT} p.name = $1) x"), &[name.into()])?
+        query_json(&format!("{} p.name = $1) x", current()), &[name.into()])?
             .ok_or_else(|| RetentionError::UnknownPolicy(name.to_owned()))
     }
 
     /// The live policy with id `id`, if it still exists.
     pub fn by_id(id: i64) -> Result<Option<Policy>> {
-        query_json(&format!("{CURRENT} p.id = $1) x"), &[id.into()])
+        query_json(&format!("{} p.id = $1) x", current()), &[id.into()])
+    }
+}
+
+/// One value that changes whenever anything a batch planned with changes. A table's catalog row
+/// gets a new xmin from every ALTER (rename, new schema, columns); foreign keys referencing the
+/// table live in other tables' rows, so they are listed with their tables' xmin; holds are
+/// append-only, so counts of hold records and lifts say whether the holds changed.
+const FINGERPRINT: &str = "
+SELECT concat_ws('|', p.dropped_at IS NULL, v.version, v.enabled, c.xmin,
+         (SELECT string_agg(con.oid || ':' || child.xmin, ',' ORDER BY con.oid)
+            FROM pg_catalog.pg_constraint con JOIN pg_catalog.pg_class child ON child.oid = con.conrelid
+           WHERE con.confrelid = c.oid AND con.contype = 'f'),
+         (SELECT count(*) FROM retention.hold_records h WHERE h.relation = v.relation),
+         (SELECT count(*) FROM retention.hold_lifts l JOIN retention.hold_records h ON h.id = l.hold_id
+           WHERE h.relation = v.relation))
+  FROM retention.policy_ids p
+ CROSS JOIN LATERAL (SELECT pv.version, pv.enabled, pv.relation FROM retention.policy_versions pv
+                      WHERE pv.policy_id = p.id ORDER BY pv.version DESC LIMIT 1) v
+  LEFT JOIN pg_catalog.pg_class c ON c.oid = v.relation
+ WHERE p.id = $1";
+
+/// The fingerprint of policy `policy_id`, its table and its holds (see [`FINGERPRINT`]); None
+/// when there never was such a policy.
+pub fn fingerprint(policy_id: i64) -> Result<Option<String>> {
+    let plan = prepared::cached(FINGERPRINT, &[PgOid::BuiltIn(BuiltinOid::INT8OID)], false)?;
+    prepared::one::<String>(&plan, &[policy_id.into()])
+}
+
+/// Appends version `max + 1` of policy `policy_id` with definition `spec`; returns its number.
+pub fn append_version(
+    policy_id: i64,
+    spec: &PolicySpec,
+    relation_name: &str,
+    change: Change,
+    owner: u32,
+) -> Result<i32> {
+    let args = [
+        policy_id.into(),
+        i64::from(spec.relation).into(),
+        relation_name.into(),
+        pgrx::JsonB(serde_json::to_value(spec)?).into(),
+        change.as_str().into(),
+        crate::catalog::caller().into(),
+        i64::from(owner).into(),
+    ];
+    let names: Vec<&str> = FIELDS.iter().map(|(name, _)| *name).collect();
+    let record: Vec<String> = FIELDS
+        .iter()
+        .map(|(name, ty)| format!("{name} {ty}"))
+        .collect();
+    let sql = format!(
+        "INSERT INTO retention.policy_versions
+             (policy_id, version, relation, relation_name, {columns}, enabled, change, changed_by, owner)
+         SELECT $1, coalesce((SELECT max(version) FROM retention.policy_versions WHERE policy_id = $1), 0) + 1,
+                $2::bigint::oid, $3, {values}, s.enabled, $5, $6, $7::bigint::oid
+           FROM jsonb_to_record($4) AS s({record}, enabled boolean)
+         RETURNING version",
+        columns = names.join(", "),
+        values = names
+            .iter()
+            .map(|n| format!("s.{n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        record = record.join(", "),
+    );
+    Spi::get_one_with_args::<i32>(&sql, &args)?
+        .ok_or_else(|| RetentionError::Internal("policy version insert returned nothing".into()))
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use super::*;
+
+    fn one_list(sql: &str) -> Vec<String> {
+        Spi::get_one::<Vec<String>>(sql)
+            .unwrap()
+            .unwrap_or_default()
+    }
+
+    #[pg_test]
+    fn a_policy_field_has_one_definition() {
+        let fields: Vec<String> = FIELDS.iter().map(|(n, _)| (*n).to_string()).collect();
+        let typed: Vec<String> = FIELDS.iter().map(|(n, t)| format!("{n} {t}")).collect();
+        let with = |head: &[&str], list: &[String]| -> Vec<String> {
+            head.iter()
+                .map(|h| (*h).to_string())
+                .chain(list.iter().cloned())
+                .collect()
+        };
+        let args = |f: &str| {
+            one_list(&format!(
+                "SELECT array_agg(n || ' ' || format_type(t, NULL) ORDER BY i)
+                   FROM pg_proc p, unnest(p.proargnames, p.proargtypes::oid[]) WITH ORDINALITY a(n, t, i)
+                  WHERE p.oid = 'retention.{f}'::regproc"
+            ))
+        };
+        assert_eq!(
+            args("add_policy"),
+            with(&["name text", "relation regclass"], &typed),
+            "add_policy's arguments"
+        );
+        assert_eq!(
+            args("alter_policy"),
+            with(&["name text"], &typed),
+            "alter_policy's arguments"
+        );
+        // Both wrappers pass every field on to the definition.
+        for f in ["add_policy", "alter_policy"] {
+            let body = Spi::get_one::<String>(&format!(
+                "SELECT prosrc FROM pg_proc WHERE oid = 'retention.{f}'::regproc"
+            ))
+            .unwrap()
+            .unwrap();
+            for name in &fields {
+                assert!(
+                    body.contains(&format!("'{name}', {name}")),
+                    "{f} does not pass {name}"
+                );
+            }
+        }
+        let columns = one_list(
+            "SELECT array_agg(attname || ' ' || format_type(atttypid, atttypmod) ORDER BY attnum)
+               FROM pg_attribute WHERE attrelid = 'retention.policy_versions'::regclass AND attnum > 0",
+        );
+        for field in &typed {
+            assert!(columns.contains(field), "policy_versions lacks {field}");
+        }
+        let spec = PolicySpec {
+            name: "p".into(),
+            relation: 1,
+            kind: Kind::Age,
+            age_column: None,
+            older_than: None,
+            scope: None,
+            terminal: None,
+            group_by: None,
+            order_by: None,
+            keep: None,
+            min_keep: None,
+            action: Action::Delete,
+            batch_size: 1,
+            max_rows_per_run: 1,
+            enabled: true,
+        };
+        let keys: Vec<String> = serde_json::to_value(&spec)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let mut expected = with(&["name", "relation", "enabled"], &fields);
+        expected.sort();
+        let mut keys = keys;
+        keys.sort();
+        assert_eq!(keys, expected, "PolicySpec's fields");
     }
 }

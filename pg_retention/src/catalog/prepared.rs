@@ -81,12 +81,5 @@ pub fn one<T: FromDatum + IntoDatum>(
     plan: &OwnedPreparedStatement,
     args: &[DatumWithOid<'_>],
 ) -> Result<Option<T>> {
-    Ok(Spi::connect_mut(|client| {
-        let table = client.update(plan, Some(1), args)?;
-        if table.is_empty() {
-            Ok::<_, SpiError>(None)
-        } else {
-            table.first().get_one::<T>()
-        }
-    })?)
+    super::optional_one(plan, args)
 }

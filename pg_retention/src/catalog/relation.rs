@@ -2,6 +2,7 @@
 
 use crate::catalog::query_json;
 use crate::error::{Result, RetentionError};
+use crate::sql_text::ident;
 use serde::Deserialize;
 
 /// One column.
@@ -90,7 +91,7 @@ impl RelationInfo {
     /// (describing the whole table there would cost a catalog query of columns and keys each
     /// time), or says the table no longer exists.
     pub fn row_type(oid: u32, name_for_errors: &str) -> Result<u32> {
-        crate::catalog::optional_one::<i64>(
+        crate::catalog::optional_one::<i64, _>(
             "SELECT c.reltype::bigint FROM pg_catalog.pg_class c WHERE c.oid = $1::bigint::oid",
             &[i64::from(oid).into()],
         )?
@@ -106,5 +107,67 @@ impl RelationInfo {
                 column: name.to_owned(),
             }
         })
+    }
+
+    /// The columns of alias `t` in attribute order (a frame's columns).
+    pub fn column_list(&self) -> String {
+        self.columns
+            .iter()
+            .map(|c| format!("t.{}", ident(&c.name)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Positions of the primary-key columns among the table's columns.
+    pub fn pk_positions(&self) -> Result<Vec<usize>> {
+        self.pk
+            .iter()
+            .map(|k| {
+                self.columns
+                    .iter()
+                    .position(|c| &c.name == k)
+                    .ok_or_else(|| RetentionError::UndefinedColumn {
+                        relation: self.qualified.clone(),
+                        column: k.clone(),
+                    })
+            })
+            .collect()
+    }
+
+    /// The primary key of alias `t` in key order (for ORDER BY).
+    pub fn pk_order(&self) -> String {
+        self.pk
+            .iter()
+            .map(|c| format!("t.{}", ident(c)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Compares the primary key of alias `t` with the text[] key `key` (each element back
+    /// through its column type's input) as one row comparison: `>` is "after it" in the
+    /// primary key's own order, which an index range scan can start from.
+    pub fn key_compare(&self, op: &str, key: &str) -> Result<String> {
+        Ok(format!("({}) {op} {}", self.pk_order(), self.key_row(key)?))
+    }
+
+    /// Compares two text[] keys `left` and `right` as rows of the primary key's types.
+    pub fn key_row_compare(&self, left: &str, op: &str, right: &str) -> Result<String> {
+        Ok(format!(
+            "{} {op} {}",
+            self.key_row(left)?,
+            self.key_row(right)?
+        ))
+    }
+
+    /// The text[] key `key` as a row of the primary key's types, each element back through
+    /// its column type's input.
+    fn key_row(&self, key: &str) -> Result<String> {
+        let items = self
+            .pk
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Ok(format!("({key})[{}]::{}", i + 1, self.column(c)?.type_name)))
+            .collect::<Result<Vec<String>>>()?;
+        Ok(format!("({})", items.join(", ")))
     }
 }

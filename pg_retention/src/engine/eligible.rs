@@ -6,8 +6,8 @@
 //! block range; ranked kinds (`keep_latest`, `versions`) rank the whole table and then walk the
 //! ranked rows forward. `entity` policies are selected and deleted a whole group at a time.
 
-use crate::catalog::{prepared, Hold, Kind, Policy, RelationInfo};
-use crate::error::Result;
+use crate::catalog::{prepared, Hold, Kind, Policy, PolicySpec, RelationInfo};
+use crate::error::{present, Result, RetentionError};
 use crate::sql_text::{ident, literal, predicate};
 use pgrx::prelude::*;
 use pgrx::PgOid;
@@ -27,6 +27,25 @@ fn cutoff_sql(window: &str) -> Result<String> {
         Some(s) => format!("{}::timestamptz", literal(&s)),
         None => expression,
     })
+}
+
+/// A user predicate as a condition (one wrapped expression whose NULL counts as false), or
+/// `true` when the policy has none.
+fn condition(user_predicate: Option<&str>) -> String {
+    user_predicate
+        .map(predicate)
+        .unwrap_or_else(|| "true".into())
+}
+
+/// The policy's own condition on a row `t` of an age policy, without guards: in scope,
+/// terminal, and its `age` column (quoted) before `cutoff` (SQL). The sweep, archive claims
+/// and prunes, and the fixpoint guard all decide age eligibility with this.
+pub fn age_condition(spec: &PolicySpec, age: &str, cutoff: &str) -> String {
+    format!(
+        "{scope} AND {terminal} AND t.{age} < {cutoff}",
+        scope = condition(spec.scope.as_deref()),
+        terminal = condition(spec.terminal.as_deref()),
+    )
 }
 
 /// Which guards apply to an eligibility query.
@@ -63,17 +82,48 @@ pub struct Eligibility<'a> {
     holds: &'a [Hold],
     kind: Kind,
     cutoff: Option<String>,
+    /// The age column, quoted (None for kinds that never read one).
+    age: Option<String>,
+    /// The newest-first order column, quoted (ranked kinds only).
+    order: Option<String>,
+}
+
+/// The quoted age and order columns of `policy`, refusing a policy whose kind needs one it
+/// lacks (registration refuses those; a policy read back without them is corrupt).
+fn kind_columns(policy: &Policy) -> Result<(Option<String>, Option<String>)> {
+    let needs_age = matches!(policy.kind, Kind::Age | Kind::Entity)
+        || (policy.kind == Kind::Versions && policy.older_than.is_some());
+    let needs_order = matches!(policy.kind, Kind::KeepLatest | Kind::Versions);
+    let missing = |what: &str| {
+        RetentionError::Internal(format!(
+            "policy {} ({}) has no {what}",
+            policy.name, policy.kind
+        ))
+    };
+    if needs_age && policy.age_column.is_none() {
+        return Err(missing("age_column"));
+    }
+    if needs_order && policy.order_by.is_none() {
+        return Err(missing("order_by"));
+    }
+    Ok((
+        policy.age_column.as_deref().map(ident),
+        policy.order_by.as_deref().map(ident),
+    ))
 }
 
 impl<'a> Eligibility<'a> {
     /// Prepares the builder.
     pub fn new(policy: &'a Policy, rel: &'a RelationInfo, holds: &'a [Hold]) -> Result<Self> {
+        let (age, order) = kind_columns(policy)?;
         Ok(Eligibility {
             policy,
             rel,
             holds,
-            kind: policy.kind()?,
+            kind: policy.kind,
             cutoff: policy.older_than.as_deref().map(cutoff_sql).transpose()?,
+            age,
+            order,
         })
     }
 
@@ -85,12 +135,15 @@ impl<'a> Eligibility<'a> {
         holds: &'a [Hold],
         cutoff: &str,
     ) -> Result<Self> {
+        let (age, order) = kind_columns(policy)?;
         Ok(Eligibility {
             policy,
             rel,
             holds,
-            kind: policy.kind()?,
+            kind: policy.kind,
             cutoff: policy.older_than.as_ref().map(|_| cutoff.to_owned()),
+            age,
+            order,
         })
     }
 
@@ -117,21 +170,36 @@ impl<'a> Eligibility<'a> {
     /// How many rows are eligible under `guards`, counted as the policy's owner.
     pub fn count(&self, guards: Guards) -> Result<i64> {
         self.as_owner(|| {
-            Ok(
-                Spi::get_one::<i64>(&format!("SELECT count(*) FROM ({}) e", self.rows(guards)))?
-                    .unwrap_or(0),
+            present(
+                Spi::get_one::<i64>(&format!("SELECT count(*) FROM ({}) e", self.rows(guards)))?,
+                "count(*)",
             )
         })
+    }
+
+    /// Eligible rows (references guarded, holds not) matching each active hold, by hold id:
+    /// what preview reports as held and a run's close ledgers as `hold_skip`.
+    pub fn held_per_hold(&self) -> Result<Vec<(i64, i64)>> {
+        if self.holds.is_empty() {
+            return Ok(vec![]);
+        }
+        let filters: Vec<String> = self
+            .holds
+            .iter()
+            .map(|h| format!("count(*) FILTER (WHERE {})", self.hold_match(h)))
+            .collect();
+        let sql = format!(
+            "SELECT ARRAY[{}]::bigint[] FROM ({}) e",
+            filters.join(", "),
+            self.rows(Guards::REFERENCES)
+        );
+        let counts = self.as_owner(|| present(Spi::get_one::<Vec<i64>>(&sql)?, "hold counts"))?;
+        Ok(self.holds.iter().map(|h| h.id).zip(counts).collect())
     }
 
     /// The policy kind.
     pub fn kind(&self) -> Kind {
         self.kind
-    }
-
-    /// The holds in force.
-    pub fn holds(&self) -> &[Hold] {
-        self.holds
     }
 
     /// The table, quoted and qualified.
@@ -144,24 +212,17 @@ impl<'a> Eligibility<'a> {
         self.cutoff.clone()
     }
 
-    fn age(&self) -> String {
-        ident(self.policy.age_column.as_deref().unwrap_or_default())
+    /// The quoted age column; present for every kind whose SQL reads it ([`kind_columns`]).
+    fn age(&self) -> &str {
+        self.age.as_deref().unwrap_or_default()
     }
 
     fn scope(&self) -> String {
-        self.policy
-            .scope
-            .as_deref()
-            .map(predicate)
-            .unwrap_or_else(|| "true".into())
+        condition(self.policy.scope.as_deref())
     }
 
     fn terminal(&self) -> String {
-        self.policy
-            .terminal
-            .as_deref()
-            .map(predicate)
-            .unwrap_or_else(|| "true".into())
+        condition(self.policy.terminal.as_deref())
     }
 
     fn group_cols(&self) -> Vec<String> {
@@ -265,7 +326,7 @@ impl<'a> Eligibility<'a> {
     fn newest_first(&self) -> String {
         let mut parts = vec![format!(
             "{} DESC NULLS LAST",
-            ident(self.policy.order_by.as_deref().unwrap_or_default())
+            self.order.as_deref().unwrap_or_default()
         )];
         parts.extend(self.rel.pk.iter().map(|c| format!("{} DESC", ident(c))));
         parts.join(", ")
@@ -304,12 +365,7 @@ impl<'a> Eligibility<'a> {
                 )
             }
             Kind::Entity => {
-                let on = self
-                    .group_cols()
-                    .iter()
-                    .map(|c| format!("t.{c} = g.{c}"))
-                    .collect::<Vec<_>>()
-                    .join(" AND ");
+                let on = self.entity_join();
                 format!(
                     "SELECT t.ctid AS __ctid, t.* FROM ONLY {table} t
                        JOIN ({groups_sql}) g ON {on}
@@ -324,13 +380,11 @@ impl<'a> Eligibility<'a> {
     /// For `age`: the condition on a row of the table aliased `t` (the only kind whose
     /// eligibility is a plain row predicate, which is what archive claims need).
     pub fn age_predicate(&self, guards: Guards) -> String {
+        let cutoff = self.cutoff().unwrap_or_else(|| "'-infinity'".into());
         format!(
-            "{scope} AND {terminal} AND t.{age} < {cutoff} AND {guard}",
-            scope = self.scope(),
-            terminal = self.terminal(),
-            age = self.age(),
-            cutoff = self.cutoff().unwrap_or_else(|| "'-infinity'".into()),
-            guard = self.guard_filter(guards, "t"),
+            "{} AND {}",
+            age_condition(self.policy, self.age(), &cutoff),
+            self.guard_filter(guards, "t"),
         )
     }
 

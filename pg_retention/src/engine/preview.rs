@@ -1,9 +1,9 @@
 //! Preview: what the next run of a policy would do, computed with the same eligibility SQL the
 //! sweep uses, so that with no writes in between the run deletes exactly `would_delete` rows.
 
-use crate::catalog::{active_holds, Kind, Policy, RelationInfo};
+use crate::catalog::{active_holds, Action, Kind, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
-use crate::error::Result;
+use crate::error::{present, Result};
 use pgrx::prelude::*;
 
 /// One preview row.
@@ -25,25 +25,6 @@ pub struct Preview {
     pub archive_bytes_estimate: Option<i64>,
 }
 
-/// Eligible rows (references guarded, holds not) matching each active hold, by hold id.
-pub fn held_per_hold(elig: &Eligibility<'_>) -> Result<Vec<(i64, i64)>> {
-    if elig.holds().is_empty() {
-        return Ok(vec![]);
-    }
-    let filters: Vec<String> = elig
-        .holds()
-        .iter()
-        .map(|h| format!("count(*) FILTER (WHERE {})", elig.hold_match(h)))
-        .collect();
-    let sql = format!(
-        "SELECT ARRAY[{}]::bigint[] FROM ({}) e",
-        filters.join(", "),
-        elig.rows(Guards::REFERENCES)
-    );
-    let counts = elig.as_owner(|| Ok(Spi::get_one::<Vec<i64>>(&sql)?.unwrap_or_default()))?;
-    Ok(elig.holds().iter().map(|h| h.id).zip(counts).collect())
-}
-
 /// Previews one policy.
 pub fn preview(policy: &Policy) -> Result<Preview> {
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
@@ -52,24 +33,24 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
     let eligible = elig.count(Guards::NONE)?;
     let unreferenced = elig.count(Guards::REFERENCES)?;
     let deletable = elig.count(Guards::ALL)?;
-    let hold_ids = held_per_hold(&elig)?
+    let hold_ids = elig
+        .held_per_hold()?
         .into_iter()
         .filter(|(_, n)| *n > 0)
         .map(|(id, _)| id)
         .collect();
-    let archive = policy.action == "archive_then_delete";
+    let archive = policy.action == Action::ArchiveThenDelete;
     let would_delete = if archive || !policy.enabled {
         0
     } else if elig.kind() == Kind::Entity {
         // Whole groups in the order the sweep takes them, as many as fit under the cap.
         elig.as_owner(|| {
-            Ok(Spi::get_one::<i64>(&format!(
+            present(Spi::get_one::<i64>(&format!(
                 "SELECT coalesce(sum(__n) FILTER (WHERE __cum <= {cap}), 0)::bigint
                    FROM (SELECT g.__n, sum(g.__n) OVER (ORDER BY g.__first) AS __cum FROM ({groups}) g) x",
                 cap = policy.max_rows_per_run,
                 groups = elig.entity_groups(Guards::ALL),
-            ))?
-            .unwrap_or(0))
+            ))?, "an entity count")
         })?
     } else {
         deletable.min(policy.max_rows_per_run)
@@ -99,9 +80,8 @@ fn estimate_archive_bytes(
     if deletable == 0 || elig.kind() != Kind::Age {
         return Ok(0);
     }
-    let sample = elig.as_owner(|| {
-        crate::archive::render::sample_frames(rel, &elig.age_predicate(Guards::ALL), 1000)
-    })?;
+    let sample = elig
+        .as_owner(|| crate::render::sample_frames(rel, &elig.age_predicate(Guards::ALL), 1000))?;
     if sample.ends.is_empty() {
         return Ok(0);
     }

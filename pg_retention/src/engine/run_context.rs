@@ -8,10 +8,9 @@
 //! fingerprint differs from the one the cached context was read with. A change committed between
 //! batches therefore takes effect at the next batch, exactly as when everything was reloaded.
 
-use crate::catalog::{prepared, Hold, HoldFence, Policy, RelationInfo};
+use crate::catalog::policy::fingerprint;
+use crate::catalog::{Hold, HoldFence, Policy, RelationInfo};
 use crate::error::Result;
-use pgrx::pg_sys::BuiltinOid;
-use pgrx::PgOid;
 use std::cell::RefCell;
 
 /// Everything a batch plans with.
@@ -32,29 +31,12 @@ thread_local! {
     static CACHED: RefCell<Option<(String, String, RunContext)>> = const { RefCell::new(None) };
 }
 
-/// One value that changes whenever anything a batch planned with changes. A table's catalog row
-/// gets a new xmin from every ALTER (rename, new schema, columns); foreign keys referencing the
-/// table live in other tables' rows, so they are listed with their tables' xmin; holds are
-/// append-only, so counts of hold records and lifts say whether the holds changed.
-const FINGERPRINT: &str = "
-SELECT concat_ws('|', p.dropped_at IS NULL, v.version, v.enabled, c.xmin,
-         (SELECT string_agg(con.oid || ':' || child.xmin, ',' ORDER BY con.oid)
-            FROM pg_catalog.pg_constraint con JOIN pg_catalog.pg_class child ON child.oid = con.conrelid
-           WHERE con.confrelid = c.oid AND con.contype = 'f'),
-         (SELECT count(*) FROM retention.hold_records h WHERE h.relation = v.relation),
-         (SELECT count(*) FROM retention.hold_lifts l JOIN retention.hold_records h ON h.id = l.hold_id
-           WHERE h.relation = v.relation))
-  FROM retention.policy_ids p
- CROSS JOIN LATERAL (SELECT pv.version, pv.enabled, pv.relation FROM retention.policy_versions pv
-                      WHERE pv.policy_id = p.id ORDER BY pv.version DESC LIMIT 1) v
-  LEFT JOIN pg_catalog.pg_class c ON c.oid = v.relation
- WHERE p.id = $1";
-
 /// The context for the next batch of run `run_id` of policy `policy_id`: the cached one when
 /// nothing changed, else read afresh. None when the policy was dropped.
 pub fn for_batch(run_id: &str, policy_id: i64) -> Result<Option<RunContext>> {
-    let plan = prepared::cached(FINGERPRINT, &[PgOid::BuiltIn(BuiltinOid::INT8OID)], false)?;
-    let fingerprint = prepared::one::<String>(&plan, &[policy_id.into()])?.unwrap_or_default();
+    let Some(fingerprint) = fingerprint(policy_id)? else {
+        return Ok(None);
+    };
     let hit = CACHED.with(|c| match &*c.borrow() {
         Some((run, fp, ctx)) if run == run_id && *fp == fingerprint => Some(ctx.clone()),
         _ => None,

@@ -1,7 +1,7 @@
 //! Validation of a policy definition before it is stored. Every refusal is a typed error and
 //! nothing is written until all checks pass.
 
-use crate::catalog::{caller_oid, Kind, PolicySpec, RelationInfo};
+use crate::catalog::{caller_oid, Action, Kind, PolicySpec, RelationInfo};
 use crate::error::{Result, RetentionError};
 use pgrx::prelude::*;
 use std::cmp::Ordering;
@@ -61,7 +61,7 @@ pub fn interval_sign(value: &str) -> Result<Ordering> {
         "SELECT CASE WHEN $1::interval > interval '0' THEN 1 WHEN $1::interval < interval '0' THEN -1 ELSE 0 END",
         &[value.into()],
     )?;
-    Ok(sign.unwrap_or(0).cmp(&0))
+    Ok(crate::error::present(sign, "an interval comparison")?.cmp(&0))
 }
 
 fn require<T>(field: &Option<T>, name: &str, kind: &str) -> Result<()> {
@@ -77,19 +77,12 @@ fn require<T>(field: &Option<T>, name: &str, kind: &str) -> Result<()> {
 
 /// Validates a full policy definition against its table.
 pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
-    let kind = spec.kind()?;
+    let kind = spec.kind;
     if spec.name.trim().is_empty() {
         return Err(RetentionError::invalid(
             "policy name must not be empty",
             "name was empty.",
             "Give the policy a name.",
-        ));
-    }
-    if spec.action != "delete" && spec.action != "archive_then_delete" {
-        return Err(RetentionError::invalid(
-            format!("unknown action \"{}\"", spec.action),
-            "action must be delete or archive_then_delete.",
-            "Use archive_then_delete for rows that must be archived before they go.",
         ));
     }
     if spec.batch_size < 1 || spec.max_rows_per_run < 1 {
@@ -118,7 +111,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
             relation: rel.qualified.clone(),
         });
     }
-    let archive = spec.action == "archive_then_delete";
+    let archive = spec.action == Action::ArchiveThenDelete;
     if let Some(privilege) = crate::author::missing_privilege(caller_oid(), rel.oid, archive)? {
         return Err(RetentionError::Privilege {
             message: format!(
@@ -129,7 +122,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
                 .into(),
         });
     }
-    let kind_name = spec.kind.as_str();
+    let kind_name = kind.as_str();
     match kind {
         Kind::Age | Kind::Entity => {
             require(&spec.age_column, "age_column", kind_name)?;
@@ -210,7 +203,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         let in_writers_path = archive && !owns_table(caller_oid(), rel.oid)?;
         check_predicate(&rel, terminal, "terminal", caller_oid(), in_writers_path)?;
     }
-    if spec.action == "archive_then_delete" && kind != Kind::Age {
+    if spec.action == Action::ArchiveThenDelete && kind != Kind::Age {
         return Err(RetentionError::invalid(
             format!(
                 "archive_then_delete is supported for age policies, not {}",
@@ -220,7 +213,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
             "Use kind => 'age' with age_column, older_than and terminal.",
         ));
     }
-    if spec.action == "archive_then_delete" && spec.terminal.is_none() {
+    if spec.action == Action::ArchiveThenDelete && spec.terminal.is_none() {
         return Err(RetentionError::invalid(
             "archive_then_delete policies require a terminal predicate",
             "Rows are archived only once they can no longer change; terminal says when that is.",

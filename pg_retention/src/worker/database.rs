@@ -101,48 +101,51 @@ fn is_done(state: &Value) -> bool {
     state.get("done").and_then(Value::as_bool).unwrap_or(true)
 }
 
-/// Sweeps one policy; returns rows deleted, or None when the worker must stop.
+/// Sweeps one policy (see `retention._run_begin` for the protocol `CALL retention.run()`
+/// shares); returns rows deleted, or None when the worker must stop.
 fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Option<i64> {
-    let locked = tx(move || {
-        Spi::get_one_with_args::<bool>("SELECT retention._worker_try_lock($1)", &[id.into()])
-    })
-    .ok()
-    .flatten()
-    .unwrap_or(false);
-    if !locked {
-        log!("pg_retention: policy {name} skipped: another pruner holds its lock");
-        return Some(0);
-    }
-    set_activity(database, Some(name));
-    set_state("sweeping", Some(name), None);
-    let mut state = step("_sweep_start_safe", move || {
+    let Some(mut state) = step("_run_begin", move || {
         Spi::get_one_with_args::<pgrx::JsonB>(
-            "SELECT retention._sweep_start_safe($1, 'worker', $2)",
+            "SELECT retention._run_begin($1, 'worker', $2, true)",
             &[id.into(), cycle_remaining.into()],
         )
-    });
+    }) else {
+        log!("pg_retention: policy {name} skipped: another pruner holds its lock, or its run could not start (see retention.ledger)");
+        return Some(0);
+    };
+    set_activity(database, Some(name));
+    set_state("sweeping", Some(name), None);
     let mut stopping = false;
-    while let Some(st) = state.as_ref().filter(|s| !is_done(s)) {
+    while !is_done(&state) {
         if BackgroundWorker::sigterm_received() {
             stopping = true;
-            let mut st = st.clone();
-            st["done"] = json!(true);
-            st["outcome"] = json!("stopped");
-            st["reason"] = json!("worker received SIGTERM; stopped between batches");
-            state = Some(st);
+            state["done"] = json!(true);
+            state["outcome"] = json!("stopped");
+            state["reason"] = json!("worker received SIGTERM; stopped between batches");
             break;
         }
-        state = step_with_state("_sweep_batch_safe", st.clone());
+        match step_with_state("_sweep_step_safe", state.clone()) {
+            Some(next) => state = next,
+            // The step's own transaction failed (a policy error is ledgered by the step and
+            // ends the run; this is not one): close the run as failed.
+            None => {
+                state["done"] = json!(true);
+                state["outcome"] = json!("error");
+                state["reason"] = json!("a step's transaction failed; see the server log");
+                break;
+            }
+        }
     }
-    let deleted = state
-        .as_ref()
-        .and_then(|s| s.get("deleted"))
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    if let Some(st) = state {
-        step_with_state("_sweep_finish_safe", st);
+    let deleted = state.get("deleted").and_then(Value::as_i64).unwrap_or(0);
+    let closed = step("_run_end", move || {
+        Spi::get_one_with_args::<pgrx::JsonB>(
+            "SELECT retention._run_end($1, true)",
+            &[pgrx::JsonB(state).into()],
+        )
+    });
+    if closed.is_none() {
+        warning!("pg_retention: the run of policy {name} was not closed; its lock is released when this worker exits");
     }
-    let _ = tx(move || Spi::run_with_args("SELECT retention._worker_unlock($1)", &[id.into()]));
     set_activity(database, None);
     if stopping {
         None
@@ -154,16 +157,11 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
 /// One cycle over every enabled delete policy. Returns false when the worker must stop.
 fn run_cycle(database: &str) -> bool {
     set_state("sweeping", None, None);
-    let order: Vec<(i64, String)> = tx(|| {
+    let rows = tx(|| {
         Spi::connect(|client| {
             client
                 .select("SELECT id, name FROM retention._run_order(NULL)", None, &[])?
-                .map(|row| {
-                    Ok((
-                        row.get::<i64>(1)?.unwrap_or(0),
-                        row.get::<String>(2)?.unwrap_or_default(),
-                    ))
-                })
+                .map(|row| Ok((row.get::<i64>(1)?, row.get::<String>(2)?)))
                 .collect::<Result<Vec<_>, pgrx::spi::SpiError>>()
         })
     })
@@ -171,6 +169,17 @@ fn run_cycle(database: &str) -> bool {
         warning!("pg_retention: could not list policies: {e}");
         Vec::new()
     });
+    // Both columns are NOT NULL in the catalog: a row without them is not swept, loudly.
+    let order: Vec<(i64, String)> = rows
+        .into_iter()
+        .filter_map(|row| match row {
+            (Some(id), Some(name)) => Some((id, name)),
+            _ => {
+                warning!("pg_retention: retention._run_order returned a policy without id or name; it is not swept");
+                None
+            }
+        })
+        .collect();
     let mut remaining = gucs::max_rows_per_cycle();
     for (i, (id, name)) in order.iter().enumerate() {
         if remaining <= 0 {

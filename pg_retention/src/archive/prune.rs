@@ -1,0 +1,145 @@
+//! The prune of an archived batch: delete the batch's rows that are still eligible and that no
+//! hold and no reference keeps, render the rows kept, and check the whole batch against the
+//! archive (`verify.rs`) before anything is recorded. All of it in the caller's transaction.
+
+use super::verify::{in_claim_order, matches_archive, Archived};
+use super::{batch_policy, owner_may_archive};
+use crate::catalog::{
+    caller, ArchiveRecord, Batch, BatchState, HoldFence, LedgerEntry, LedgerMethod,
+};
+use crate::engine::eligible::{Eligibility, Guards};
+use crate::error::{Result, RetentionError};
+use crate::render::{render_at, render_batch};
+use serde_json::json;
+
+/// Verifies and prunes a batch in the caller's transaction. Returns rows deleted; 0 for a
+/// batch that was already completed. It deletes first and checks after, inside a
+/// subtransaction: a refused prune undoes its own deletes before the error comes back, so no
+/// caller can commit one.
+pub fn complete(
+    id: &str,
+    object_key: &str,
+    blake3: &str,
+    rows: i64,
+    bytes: i64,
+    owner: Option<&str>,
+) -> Result<i64> {
+    let archived = Archived {
+        blake3,
+        rows,
+        bytes,
+    };
+    crate::subxact::atomically(|| prune_verified(id, object_key, &archived, owner))
+}
+
+fn prune_verified(
+    id: &str,
+    object_key: &str,
+    archived: &Archived<'_>,
+    owner: Option<&str>,
+) -> Result<i64> {
+    let b = Batch::load(id, true)?;
+    match b.state {
+        BatchState::Pruned => return Ok(0),
+        BatchState::Claimed => {}
+        BatchState::Released | BatchState::Expired => {
+            return Err(RetentionError::BatchState {
+                batch: b.id,
+                state: b.state.to_string(),
+                message: "it cannot be completed; its rows may belong to another batch now".into(),
+            })
+        }
+    }
+    if let (Some(given), Some(claimed_by)) = (owner, b.owner.as_deref()) {
+        if given != claimed_by {
+            return Err(RetentionError::BatchState {
+                batch: b.id.clone(),
+                state: b.state.to_string(),
+                message: format!("it was claimed by {claimed_by}, not {given}"),
+            });
+        }
+    }
+    if object_key.trim().is_empty() {
+        return Err(RetentionError::invalid(
+            "object_key must not be empty",
+            "The archive index records where the slice is.",
+            "Pass the key the slice was written under.",
+        ));
+    }
+    let (policy, rel) = batch_policy(&b)?;
+    owner_may_archive(&policy, &rel)?;
+    let (keys, ctids) = Batch::keys(&b.id)?;
+    // Delete returning the rows as they were, with the same hold fence as the sweep: a hold
+    // placed while we work makes us read the holds again. No row is gone unless this
+    // transaction proved its contents hash to the archived slice.
+    let mut attempt = 0;
+    let (gone, holds) = loop {
+        attempt += 1;
+        let (fence, holds) = HoldFence::read(rel.oid)?;
+        let elig = Eligibility::new(&policy, &rel, &holds)?;
+        let sql = format!(
+            "DELETE FROM ONLY {table} t
+              WHERE t.ctid = ANY ($1) AND {guards} AND NOT {fenced}
+          RETURNING {cols}, t.ctid",
+            table = rel.qualified,
+            guards = elig.age_predicate(Guards::ALL),
+            fenced = fence.tripped(),
+            cols = rel.column_list(),
+        );
+        let gone = elig.as_owner(|| render_at(&rel, &sql, &ctids, true))?;
+        if !gone.ends.is_empty() || attempt >= 5 || !fence.tripped_now()? {
+            break (gone, holds);
+        }
+    };
+    let deleted = gone.ends.len() as i64;
+    let mut found = gone;
+    if deleted < b.rows {
+        // Our own deletes are invisible to us now: this finds the rows kept.
+        found.append(crate::author::run_as(policy.owner, || {
+            render_batch(&rel, &ctids)
+        })?);
+    }
+    let now = in_claim_order(&b, &rel, &keys, &ctids, found)?;
+    matches_archive(&b, &now, archived)?;
+    let kept = b.rows - deleted;
+    let archive_id = ArchiveRecord {
+        batch: id,
+        policy: &policy,
+        policy_version: b.policy_version,
+        relation: &rel.qualified,
+        object_key,
+        blake3: archived.blake3,
+        rows: archived.rows,
+        bytes: archived.bytes,
+        deleted,
+    }
+    .append()?;
+    let actor = b.owner.clone().unwrap_or_else(caller);
+    let hold_ids: Vec<i64> = holds.iter().map(|h| h.id).collect();
+    LedgerEntry {
+        method: LedgerMethod::Prune,
+        policy: Some(&policy),
+        relation: None,
+        rows: deleted,
+        hold_ids: hold_ids.clone(),
+        actor: &actor,
+        run_id: None,
+        detail: json!({ "batch": id, "object_key": object_key, "blake3": archived.blake3, "archive_id": archive_id, "kept": kept }),
+    }
+    .append_with_archive(archive_id)?;
+    if kept > 0 {
+        LedgerEntry {
+            method: LedgerMethod::HoldSkip,
+            policy: Some(&policy),
+            relation: None,
+            rows: kept,
+            hold_ids,
+            actor: &actor,
+            run_id: None,
+            detail: json!({ "batch": id, "reason": "archived but kept: held, still referenced or no longer eligible at prune time" }),
+        }
+        .append()?;
+    }
+    Batch::finish(id, BatchState::Pruned, "archived")?;
+    Ok(deleted)
+}

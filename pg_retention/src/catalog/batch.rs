@@ -1,0 +1,293 @@
+//! `retention.batches` and `retention.batch_keys`: archive batches, their states, their frozen
+//! key sets and where their rows were when claimed; and `retention.archive_records`, the index
+//! of verified archives a prune leaves behind.
+
+use crate::catalog::{optional_one, query_json, Policy, RelationInfo};
+use crate::error::{Result, RetentionError};
+use crate::tid::{self, Tid};
+use pgrx::prelude::*;
+use serde::Deserialize;
+
+/// Text values as SQL `text[]` gives them (keys).
+pub type Texts = Vec<Option<String>>;
+
+/// A live batch's first and last key.
+pub type KeyRange = (Texts, Texts);
+
+/// Where an archive batch is in its life. `Claimed` is the only live state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BatchState {
+    /// Claimed under a lease; its rows belong to it.
+    Claimed,
+    /// Archived, verified and pruned.
+    Pruned,
+    /// Given up by its archiver; its rows are claimable again.
+    Released,
+    /// Its lease ran out; its rows are claimable again.
+    Expired,
+}
+
+impl BatchState {
+    /// The state's name in `retention.batches.state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BatchState::Claimed => "claimed",
+            BatchState::Pruned => "pruned",
+            BatchState::Released => "released",
+            BatchState::Expired => "expired",
+        }
+    }
+}
+
+impl std::fmt::Display for BatchState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A row of `retention.batches`.
+#[derive(Debug, Deserialize)]
+pub struct Batch {
+    /// Batch id (a uuid).
+    pub id: String,
+    /// The policy that claimed it.
+    pub policy_id: i64,
+    /// The policy version that claimed it.
+    pub policy_version: i32,
+    /// The table's oid.
+    pub relation: u32,
+    /// The table's name at the claim.
+    pub relation_name: String,
+    /// Where it is in its life.
+    pub state: BatchState,
+    /// The archiver that claimed it, when it gave a name.
+    pub owner: Option<String>,
+    /// Rows claimed.
+    pub rows: i64,
+    /// Least age-column value claimed (text).
+    pub age_min: Option<String>,
+    /// Greatest age-column value claimed (text).
+    pub age_max: Option<String>,
+    /// When it was claimed (RFC 3339, UTC).
+    pub claimed_at: String,
+}
+
+/// What a claim records about the batch it made.
+pub struct NewBatch<'a> {
+    /// The claiming policy.
+    pub policy: &'a Policy,
+    /// The archiver's name, if it gave one.
+    pub owner: Option<&'a str>,
+    /// The claimed keys, one after another.
+    pub keys: Texts,
+    /// The primary key's arity.
+    pub arity: usize,
+    /// Where the claimed rows are.
+    pub places: &'a [Tid],
+    /// Least and greatest age-column value claimed.
+    pub age: (Option<String>, Option<String>),
+    /// The lease, as interval text.
+    pub lease: &'a str,
+}
+
+impl Batch {
+    /// The batch `id`; with `lock`, locked until the transaction ends.
+    pub fn load(id: &str, lock: bool) -> Result<Batch> {
+        let sql = format!(
+            "SELECT jsonb_build_object('id', b.id::text, 'policy_id', b.policy_id, 'policy_version', b.policy_version,
+                    'relation', b.relation::bigint, 'relation_name', b.relation_name, 'state', b.state,
+                    'owner', b.owner, 'rows', b.rows, 'age_min', b.age_min, 'age_max', b.age_max,
+                    'claimed_at', to_char(b.claimed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))
+               FROM retention.batches b WHERE b.id = $1::uuid {}",
+            if lock { "FOR UPDATE" } else { "" }
+        );
+        query_json(&sql, &[id.into()])?.ok_or_else(|| RetentionError::UnknownBatch(id.to_owned()))
+    }
+
+    /// Records a claimed batch and its frozen key set; returns its id.
+    pub fn insert_claimed(new: NewBatch<'_>) -> Result<String> {
+        let arity = new.arity.max(1);
+        let rows = (new.keys.len() / arity) as i64;
+        let (Some(first_key), Some(last_key)) = (
+            new.keys.get(..arity),
+            new.keys.len().checked_sub(arity).map(|s| &new.keys[s..]),
+        ) else {
+            return Err(RetentionError::Internal("a claim without keys".into()));
+        };
+        let policy = new.policy;
+        let batch = Spi::get_one_with_args::<String>(
+            "INSERT INTO retention.batches (policy_id, policy_version, relation, relation_name, state, owner, rows,
+                                            first_key, last_key, age_min, age_max, lease_until)
+             VALUES ($1, $2, $3::bigint::oid, $4, 'claimed', $5, $6, $7, $8, $9, $10, now() + $11::interval) RETURNING id::text",
+            &[
+                policy.id.into(),
+                policy.version.into(),
+                i64::from(policy.relation).into(),
+                policy.relation_name.as_str().into(),
+                new.owner.into(),
+                rows.into(),
+                first_key.to_vec().into(),
+                last_key.to_vec().into(),
+                new.age.0.into(),
+                new.age.1.into(),
+                new.lease.into(),
+            ],
+        )?
+        .ok_or_else(|| RetentionError::Internal("batch insert returned nothing".into()))?;
+        Spi::run_with_args(
+            "INSERT INTO retention.batch_keys (batch_id, keys, ctids) VALUES ($1::uuid, $2, $3)",
+            &[
+                batch.as_str().into(),
+                new.keys.into(),
+                tid::pointers(new.places).into(),
+            ],
+        )?;
+        Ok(batch)
+    }
+
+    /// The frozen key set of a live batch and where its rows were when claimed.
+    pub fn keys(id: &str) -> Result<(Texts, Vec<Tid>)> {
+        type Tids = Vec<Option<pg_sys::ItemPointerData>>;
+        let (keys, ctids) = Spi::connect(|client| {
+            let table = client.select(
+                "SELECT keys, ctids FROM retention.batch_keys WHERE batch_id = $1::uuid",
+                Some(1),
+                &[id.into()],
+            )?;
+            if table.is_empty() {
+                return Ok::<_, pgrx::spi::SpiError>(None);
+            }
+            let (keys, ctids) = table.first().get_two::<Texts, Tids>()?;
+            Ok(keys.zip(ctids))
+        })?
+        .ok_or_else(|| RetentionError::Internal(format!("claimed batch {id} has no key set")))?;
+        let places = ctids
+            .into_iter()
+            .map(|t| t.map(tid::of))
+            .collect::<Option<Vec<Tid>>>()
+            .ok_or_else(|| RetentionError::Internal(format!("batch {id} has a NULL ctid")))?;
+        Ok((keys, places))
+    }
+
+    /// Ends the claimed batches of `policy_id` whose lease ran out; returns (id, rows) of each.
+    pub fn expire_leases(policy_id: i64) -> Result<Vec<(String, i64)>> {
+        query_json::<Vec<(String, i64)>>(
+            "WITH e AS (
+                 UPDATE retention.batches SET state = 'expired', finished_at = now(), finish_reason = 'lease expired'
+                  WHERE policy_id = $1 AND state = 'claimed' AND lease_until < now()
+              RETURNING id, rows),
+             d AS (DELETE FROM retention.batch_keys k USING e WHERE k.batch_id = e.id)
+             SELECT coalesce(jsonb_agg(jsonb_build_array(e.id::text, e.rows)), '[]') FROM e",
+            &[policy_id.into()],
+        )?
+        .ok_or_else(|| RetentionError::Internal("lease expiry returned nothing".into()))
+    }
+
+    /// Gives `owner`'s oldest claimed batch of `policy_id` a new lease; its id, if it had one.
+    pub fn resume(policy_id: i64, owner: &str, lease: &str) -> Result<Option<String>> {
+        optional_one::<String, _>(
+            "UPDATE retention.batches SET lease_until = now() + $3::interval
+              WHERE id = (SELECT id FROM retention.batches
+                           WHERE policy_id = $1 AND state = 'claimed' AND owner = $2
+                           ORDER BY claimed_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+              RETURNING id::text",
+            &[policy_id.into(), owner.into(), lease.into()],
+        )
+    }
+
+    /// Where the next claim of `policy_id` starts: after the last key of its latest batch,
+    /// unless that batch was released or expired (its rows are to be claimed again first).
+    pub fn watermark(policy_id: i64) -> Result<Option<Texts>> {
+        optional_one::<Texts, _>(
+            "SELECT CASE WHEN b.state IN ('claimed', 'pruned') THEN b.last_key END
+               FROM retention.batches b WHERE b.policy_id = $1
+              ORDER BY b.claimed_at DESC LIMIT 1",
+            &[policy_id.into()],
+        )
+    }
+
+    /// First and last key of every live batch of the table (any policy) that ends after
+    /// `after`: nobody else claims a row inside them while the batch lives.
+    pub fn live_ranges(
+        rel: &RelationInfo,
+        after: Option<&[Option<String>]>,
+    ) -> Result<Vec<KeyRange>> {
+        let sql = format!(
+            "SELECT coalesce(jsonb_agg(jsonb_build_array(b.first_key, b.last_key)), '[]')
+               FROM retention.batches b
+              WHERE b.relation = $1::bigint::oid AND b.state = 'claimed' AND b.first_key IS NOT NULL
+                AND ($2::text[] IS NULL OR {ends_after})",
+            ends_after = rel.key_row_compare("b.last_key", ">", "$2::text[]")?,
+        );
+        let after: Option<Texts> = after.map(<[_]>::to_vec);
+        query_json::<Vec<KeyRange>>(&sql, &[i64::from(rel.oid).into(), after.into()])?
+            .ok_or_else(|| RetentionError::Internal("live ranges returned nothing".into()))
+    }
+
+    /// Extends the lease of batch `id`; returns the new end of the lease.
+    pub fn extend(id: &str, lease: &str) -> Result<String> {
+        Spi::get_one_with_args::<String>(
+            "UPDATE retention.batches SET lease_until = now() + $2::interval WHERE id = $1::uuid RETURNING lease_until::text",
+            &[id.into(), lease.into()],
+        )?
+        .ok_or_else(|| RetentionError::UnknownBatch(id.to_owned()))
+    }
+
+    /// Ends batch `id` in `state` for `reason` and forgets its key set.
+    pub fn finish(id: &str, state: BatchState, reason: &str) -> Result<()> {
+        Spi::run_with_args(
+            "UPDATE retention.batches SET state = $2, finished_at = now(), finish_reason = $3 WHERE id = $1::uuid",
+            &[id.into(), state.as_str().into(), reason.into()],
+        )?;
+        Spi::run_with_args(
+            "DELETE FROM retention.batch_keys WHERE batch_id = $1::uuid",
+            &[id.into()],
+        )?;
+        Ok(())
+    }
+}
+
+/// A verified archive, as a prune records it in `retention.archive_records`.
+pub struct ArchiveRecord<'a> {
+    /// The batch archived.
+    pub batch: &'a str,
+    /// Its policy.
+    pub policy: &'a Policy,
+    /// The policy version that claimed it.
+    pub policy_version: i32,
+    /// The table, qualified.
+    pub relation: &'a str,
+    /// Where the slice is.
+    pub object_key: &'a str,
+    /// The slice's BLAKE3 (hex).
+    pub blake3: &'a str,
+    /// Rows in the slice.
+    pub rows: i64,
+    /// Bytes in the slice.
+    pub bytes: i64,
+    /// Rows the prune deleted.
+    pub deleted: i64,
+}
+
+impl ArchiveRecord<'_> {
+    /// Appends the record; returns its id.
+    pub fn append(&self) -> Result<i64> {
+        Spi::get_one_with_args::<i64>(
+            "INSERT INTO retention.archive_records (batch, policy, policy_version, relation, object_key, blake3, rows, bytes, deleted)
+             VALUES ($1::uuid, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+            &[
+                self.batch.into(),
+                self.policy.name.as_str().into(),
+                self.policy_version.into(),
+                self.relation.into(),
+                self.object_key.into(),
+                self.blake3.into(),
+                self.rows.into(),
+                self.bytes.into(),
+                self.deleted.into(),
+            ],
+        )?
+        .ok_or_else(|| RetentionError::Internal("archive record insert returned nothing".into()))
+    }
+}

@@ -1,0 +1,144 @@
+//! `retention.hold_records` and `retention.hold_lifts`: legal holds, placed and lifted by
+//! appending, never changed; and the fence that lets a hold placed mid-batch win.
+
+use crate::catalog::query_json;
+use crate::error::{Result, RetentionError};
+use pgrx::prelude::*;
+
+/// An active legal hold on a relation.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Hold {
+    /// Hold id.
+    pub id: i64,
+    /// The validated predicate text.
+    pub predicate: String,
+    /// The role that placed it: the predicate runs with its privileges.
+    pub placer: u32,
+}
+
+/// The holds in force on `relation` right now.
+pub fn active_holds(relation: u32) -> Result<Vec<Hold>> {
+    let holds: Option<Vec<Hold>> = query_json(
+        "SELECT coalesce(jsonb_agg(jsonb_build_object('id', h.id, 'predicate', h.predicate, 'placer', h.placed_by::bigint) ORDER BY h.id), '[]')
+           FROM retention.hold_records h
+          WHERE h.relation = $1::bigint::oid
+            AND NOT EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = h.id)",
+        &[i64::from(relation).into()],
+    )?;
+    holds.ok_or_else(|| RetentionError::Internal("reading holds returned nothing".into()))
+}
+
+/// How many hold records a table had when its holds were read. A delete statement that adds
+/// `AND NOT <tripped()>` deletes nothing when its own snapshot sees a hold placed after the
+/// read, so a hold committed while a batch is being prepared still wins.
+#[derive(Debug, Clone)]
+pub struct HoldFence {
+    relation: u32,
+    seen: i64,
+}
+
+impl HoldFence {
+    /// Counts the table's hold records, then reads its active holds (in that order).
+    pub fn read(relation: u32) -> Result<(HoldFence, Vec<Hold>)> {
+        let seen = Spi::get_one_with_args::<i64>(
+            "SELECT count(*) FROM retention.hold_records WHERE relation = $1::bigint::oid",
+            &[i64::from(relation).into()],
+        )?
+        .ok_or_else(|| RetentionError::Internal("counting hold records returned nothing".into()))?;
+        Ok((HoldFence { relation, seen }, active_holds(relation)?))
+    }
+
+    /// SQL that is true, in the statement's snapshot, when a hold was placed after the read.
+    /// Statements that evaluate predicates run as a policy's owner, who cannot read the
+    /// catalog: `retention._hold_count` counts for them, once per statement (an init plan).
+    pub fn tripped(&self) -> String {
+        format!(
+            "((SELECT retention._hold_count({}::oid)) > {})",
+            self.relation, self.seen
+        )
+    }
+
+    /// Whether a hold was placed after the read, as of now: a batch that deleted nothing asks
+    /// this to tell a new hold from an empty range.
+    pub fn tripped_now(&self) -> Result<bool> {
+        Spi::get_one::<bool>(&format!("SELECT {}", self.tripped()))?
+            .ok_or_else(|| RetentionError::Internal("the hold fence returned NULL".into()))
+    }
+}
+
+/// A hold to record.
+pub struct NewHold<'a> {
+    /// The held table.
+    pub relation: u32,
+    /// Its qualified name.
+    pub relation_name: &'a str,
+    /// The validated predicate.
+    pub predicate: &'a str,
+    /// Why.
+    pub reason: &'a str,
+    /// Who asks (free text: a person, a case).
+    pub actor: &'a str,
+    /// The role that placed it: its predicate runs with this role's privileges.
+    pub placed_by: u32,
+}
+
+impl NewHold<'_> {
+    /// Appends the hold record; returns its id.
+    pub fn append(&self) -> Result<i64> {
+        Spi::get_one_with_args::<i64>(
+            "INSERT INTO retention.hold_records (relation, relation_name, predicate, reason, actor, placed_by)
+             VALUES ($1::bigint::oid, $2, $3, $4, $5, $6::bigint::oid) RETURNING id",
+            &[
+                i64::from(self.relation).into(),
+                self.relation_name.into(),
+                self.predicate.into(),
+                self.reason.into(),
+                self.actor.into(),
+                i64::from(self.placed_by).into(),
+            ],
+        )?
+        .ok_or_else(|| RetentionError::Internal("hold insert returned nothing".into()))
+    }
+}
+
+/// The held table's name of hold `id`, and whether the hold is lifted; None for no such hold.
+pub fn hold_state(id: i64) -> Result<Option<(String, bool)>> {
+    query_json::<(String, bool)>(
+        "SELECT jsonb_build_array(h.relation_name,
+                    EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = h.id))
+           FROM retention.hold_records h WHERE h.id = $1",
+        &[id.into()],
+    )
+}
+
+/// Appends the lift of hold `id`.
+pub fn append_lift(id: i64, actor: &str, reason: &str) -> Result<()> {
+    Spi::run_with_args(
+        "INSERT INTO retention.hold_lifts (hold_id, actor, reason) VALUES ($1, $2, $3)",
+        &[id.into(), actor.into(), reason.into()],
+    )?;
+    Ok(())
+}
+
+/// A hold as a per-row check evaluates it.
+#[derive(Clone, serde::Deserialize)]
+pub struct HoldCheck {
+    /// The predicate.
+    pub predicate: String,
+    /// The role it runs as.
+    pub placer: u32,
+    /// The held table's row type.
+    pub reltype: u32,
+}
+
+/// Hold `id` as a per-row check evaluates it.
+pub fn hold_check(id: i64) -> Result<HoldCheck> {
+    query_json(
+        "SELECT jsonb_build_object('predicate', h.predicate, 'placer', h.placed_by::bigint,
+                                   'reltype', c.reltype::bigint)
+           FROM retention.hold_records h JOIN pg_catalog.pg_class c ON c.oid = h.relation
+          WHERE h.id = $1",
+        &[id.into()],
+    )?
+    .ok_or(RetentionError::UnknownHold(id))
+}

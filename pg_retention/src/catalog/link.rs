@@ -1,0 +1,57 @@
+//! `retention.window_links`: producer/consumer pairs whose windows must keep
+//! `consumer.older_than >= producer.older_than + margin`.
+
+use crate::catalog::query_json;
+use crate::error::{Result, RetentionError};
+use pgrx::prelude::*;
+
+/// A window link a policy takes part in, with both windows as they are now.
+#[derive(Debug, serde::Deserialize)]
+pub struct Link {
+    /// Producer policy name.
+    pub producer: String,
+    /// Consumer policy name.
+    pub consumer: String,
+    /// The producer's window.
+    pub producer_window: Option<String>,
+    /// The consumer's window.
+    pub consumer_window: Option<String>,
+    /// The margin, as interval text.
+    pub margin: String,
+    /// Whether the policy asked about is the producer of the link.
+    pub is_producer: bool,
+}
+
+/// The links policy `policy_id` takes part in.
+pub fn links_of(policy_id: i64) -> Result<Vec<Link>> {
+    query_json(
+        "SELECT coalesce(jsonb_agg(jsonb_build_object(
+                    'producer', pp.name, 'consumer', cp.name,
+                    'producer_window', pv.older_than::text, 'consumer_window', cv.older_than::text,
+                    'margin', l.margin::text, 'is_producer', l.producer_id = $1)), '[]')
+           FROM retention.window_links l
+           JOIN retention.policies pp ON pp.id = l.producer_id
+           JOIN retention.policies cp ON cp.id = l.consumer_id
+           JOIN retention.policy_versions pv ON pv.policy_id = pp.id AND pv.version = pp.version
+           JOIN retention.policy_versions cv ON cv.policy_id = cp.id AND cv.version = cp.version
+          WHERE l.producer_id = $1 OR l.consumer_id = $1",
+        &[policy_id.into()],
+    )?
+    .ok_or_else(|| RetentionError::Internal("reading window links returned nothing".into()))
+}
+
+/// Records (or re-margins) the link from `producer_id` to `consumer_id`.
+pub fn save(producer_id: i64, consumer_id: i64, margin: &str, by: &str) -> Result<()> {
+    Spi::run_with_args(
+        "INSERT INTO retention.window_links (producer_id, consumer_id, margin, created_by)
+         VALUES ($1, $2, $3::interval, $4)
+         ON CONFLICT (producer_id, consumer_id) DO UPDATE SET margin = EXCLUDED.margin",
+        &[
+            producer_id.into(),
+            consumer_id.into(),
+            margin.into(),
+            by.into(),
+        ],
+    )?;
+    Ok(())
+}

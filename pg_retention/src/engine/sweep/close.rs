@@ -1,0 +1,111 @@
+//! The end of a run: a failed step's error record, and the closing records (holds that kept
+//! rows, the cap warning, the run summary).
+
+use super::{Outcome, SweepState};
+use crate::catalog::{active_holds, LedgerEntry, LedgerMethod, Policy, RelationInfo};
+use crate::engine::eligible::{Eligibility, Guards};
+use crate::error::Result;
+use serde_json::json;
+
+/// Records a batch that raised an error and ends the run.
+pub fn failed(state: SweepState, message: &str, sqlstate: &str) -> Result<SweepState> {
+    let policy = Policy::by_id(state.policy_id)?;
+    LedgerEntry {
+        method: LedgerMethod::Error,
+        policy: policy.as_ref(),
+        relation: None,
+        rows: 0,
+        hold_ids: vec![],
+        actor: &state.actor,
+        run_id: Some(&state.run_id),
+        detail: json!({ "error": message, "sqlstate": sqlstate, "policy": state.policy }),
+    }
+    .append()?;
+    let reason = format!("{sqlstate}: {message}");
+    Ok(state.stop(Outcome::Error, reason))
+}
+
+/// Closes a run: ledgers rows skipped because of holds, a cap warning, and the run summary.
+pub fn finish(state: SweepState) -> Result<SweepState> {
+    let Some(policy) = Policy::by_id(state.policy_id)? else {
+        return Ok(state);
+    };
+    if state.outcome == Outcome::Skipped {
+        return Ok(state);
+    }
+    let mut backlog = 0i64;
+    let mut hold_detail = serde_json::Value::Null;
+    if let Ok(rel) = RelationInfo::load(policy.relation, &policy.relation_name) {
+        let holds = active_holds(policy.relation)?;
+        if state.outcome != Outcome::Error {
+            let elig = Eligibility::new(&policy, &rel, &holds)?;
+            if !holds.is_empty() {
+                hold_detail = ledger_hold_skips(&elig, &policy, &state)?;
+            }
+            if state.outcome == Outcome::Cap {
+                backlog = elig.count(Guards::ALL)?;
+                LedgerEntry {
+                    method: LedgerMethod::CapReached,
+                    policy: Some(&policy),
+                    relation: None,
+                    rows: backlog,
+                    hold_ids: vec![],
+                    actor: &state.actor,
+                    run_id: Some(&state.run_id),
+                    detail: json!({ "warning": state.reason, "cap": state.cap, "deleted": state.deleted }),
+                }
+                .append()?;
+                pgrx::warning!(
+                    "pg_retention: policy {} stopped at its cap of {} rows; {} eligible rows remain",
+                    policy.name,
+                    state.cap,
+                    backlog
+                );
+            }
+        }
+    }
+    LedgerEntry {
+        method: LedgerMethod::Run,
+        policy: Some(&policy),
+        relation: None,
+        rows: state.deleted,
+        hold_ids: vec![],
+        actor: &state.actor,
+        run_id: Some(&state.run_id),
+        detail: json!({
+            "outcome": state.outcome,
+            "reason": state.reason,
+            "batches": state.steps,
+            "deleted": state.deleted,
+            "backlog": backlog,
+            "held": hold_detail,
+        }),
+    }
+    .append()?;
+    Ok(state)
+}
+
+/// One `hold_skip` record per hold that kept eligible rows alive in this run.
+fn ledger_hold_skips(
+    elig: &Eligibility<'_>,
+    policy: &Policy,
+    state: &SweepState,
+) -> Result<serde_json::Value> {
+    let counts = elig.held_per_hold()?;
+    let mut detail = serde_json::Map::new();
+    for (hold_id, rows) in counts.into_iter().filter(|(_, rows)| *rows > 0) {
+        detail.insert(hold_id.to_string(), json!(rows));
+        LedgerEntry {
+            method: LedgerMethod::HoldSkip,
+            policy: Some(policy),
+            relation: None,
+            rows,
+            hold_ids: vec![hold_id],
+            actor: &state.actor,
+            run_id: Some(&state.run_id),
+            detail: json!({ "hold": hold_id }),
+        }
+        .append()?;
+    }
+    Ok(serde_json::Value::Object(detail))
+}

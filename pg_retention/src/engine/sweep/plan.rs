@@ -1,0 +1,59 @@
+//! What a sweep step needs to know about its table before it runs: whether an index leads
+//! with the age column, how many blocks hold about one step of rows, how long the table is.
+
+use super::MAX_SPAN;
+use crate::catalog::{prepared, Policy, RelationInfo};
+use crate::error::{present, Result, RetentionError};
+use pgrx::prelude::*;
+use pgrx::PgOid;
+
+/// Whether the table has a btree index that leads with the policy's age column (whole-table,
+/// default operator class), so that batches can take rows in age order and stop at the cutoff
+/// instead of reading every block.
+pub(super) fn has_age_index(rel: &RelationInfo, policy: &Policy) -> Result<bool> {
+    let plan = prepared::cached(
+        "SELECT EXISTS (
+             SELECT 1 FROM pg_catalog.pg_index i
+               JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+               JOIN pg_catalog.pg_am am ON am.oid = ic.relam
+               JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+               JOIN pg_catalog.pg_opclass oc ON oc.oid = i.indclass[0]
+              WHERE i.indrelid = $1::bigint::oid AND a.attname = $2 AND am.amname = 'btree'
+                AND i.indisvalid AND i.indpred IS NULL AND oc.opcdefault)",
+        &[
+            PgOid::BuiltIn(pgrx::pg_sys::BuiltinOid::INT8OID),
+            PgOid::BuiltIn(pgrx::pg_sys::BuiltinOid::TEXTOID),
+        ],
+        false,
+    )?;
+    let Some(age) = policy.age_column.as_deref() else {
+        return Ok(false);
+    };
+    present(
+        prepared::one::<bool>(&plan, &[i64::from(rel.oid).into(), age.into()])?,
+        "EXISTS",
+    )
+}
+
+/// Blocks per batch so that a dense range holds about one batch of rows.
+pub(super) fn initial_span(rel: &RelationInfo, batch_size: i32) -> Result<u64> {
+    let per_block = Spi::get_one_with_args::<f64>(
+        "SELECT CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages ELSE 50 END::float8
+           FROM pg_class WHERE oid = $1::bigint::oid",
+        &[i64::from(rel.oid).into()],
+    )?
+    .ok_or_else(|| RetentionError::WrongState {
+        message: format!("table {} no longer exists", rel.qualified),
+        hint: "It was dropped during the run.".into(),
+    })?
+    .max(1.0);
+    Ok(((f64::from(batch_size) / per_block).ceil() as u64).clamp(1, MAX_SPAN))
+}
+
+pub(super) fn table_blocks(rel: &RelationInfo) -> Result<u64> {
+    let n = Spi::get_one_with_args::<i64>(
+        "SELECT (pg_relation_size($1::bigint::oid) / current_setting('block_size')::int)::bigint",
+        &[i64::from(rel.oid).into()],
+    )?;
+    Ok(present(n, "pg_relation_size")?.max(0) as u64)
+}
