@@ -598,6 +598,8 @@ fn the_s3_server_stopped_mid_run_releases_the_batch_and_resumes_when_back() {
             .with_env("PG_RETENTION_CONNECT_TIMEOUT", "1s")
     };
     s3.stop();
+    // Built before the clock starts: the first run of a test process builds the archiver.
+    let _ = pg_retention_integration::archiver::binary();
     // Each bound holds on its own: no retries with a long budget, many retries with a short
     // one (the object store's own defaults are 10 retries over 3 minutes).
     for (retries, budget) in [("0", "10min"), ("1000", "3s")] {

@@ -1,9 +1,9 @@
 //! Reading and appending the catalog. Every `retention.*` table has one home here (and its DDL
-//! in `sql/catalog.sql`): policies and their versions (`policy.rs`), holds
+//! in `sql/catalog.sql` or `sql/archive.sql`): policies and their versions (`policy.rs`), holds
 //! and lifts (`hold.rs`), archive batches, their key sets and archive records (`batch.rs`), the
 //! ledger (`ledger.rs`), window links (`link.rs`). `relation.rs` describes governed tables from
-//! the system catalogs. The worker's state (`retention.worker_state`) is read and written only
-//! by the worker's SQL functions in `sql/api.sql`.
+//! the system catalogs. The worker's state (`worker_state.rs`) is written through the worker's
+//! SQL functions in `sql/api.sql`.
 
 pub mod batch;
 pub mod hold;
@@ -12,6 +12,7 @@ pub mod link;
 pub mod policy;
 pub mod prepared;
 pub mod relation;
+pub mod worker_state;
 
 pub use batch::{ArchiveRecord, Batch, BatchState, KeyRange, NewBatch, Texts};
 pub use hold::{active_holds, Hold, HoldFence};

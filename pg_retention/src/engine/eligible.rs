@@ -115,16 +115,8 @@ fn kind_columns(policy: &Policy) -> Result<(Option<String>, Option<String>)> {
 impl<'a> Eligibility<'a> {
     /// Prepares the builder.
     pub fn new(policy: &'a Policy, rel: &'a RelationInfo, holds: &'a [Hold]) -> Result<Self> {
-        let (age, order) = kind_columns(policy)?;
-        Ok(Eligibility {
-            policy,
-            rel,
-            holds,
-            kind: policy.kind,
-            cutoff: policy.older_than.as_deref().map(cutoff_sql).transpose()?,
-            age,
-            order,
-        })
+        let cutoff = policy.older_than.as_deref().map(cutoff_sql).transpose()?;
+        Self::build(policy, rel, holds, cutoff)
     }
 
     /// The builder with the cutoff (`now() - older_than`) given as SQL, e.g. a statement
@@ -135,13 +127,23 @@ impl<'a> Eligibility<'a> {
         holds: &'a [Hold],
         cutoff: &str,
     ) -> Result<Self> {
+        let cutoff = policy.older_than.as_ref().map(|_| cutoff.to_owned());
+        Self::build(policy, rel, holds, cutoff)
+    }
+
+    fn build(
+        policy: &'a Policy,
+        rel: &'a RelationInfo,
+        holds: &'a [Hold],
+        cutoff: Option<String>,
+    ) -> Result<Self> {
         let (age, order) = kind_columns(policy)?;
         Ok(Eligibility {
             policy,
             rel,
             holds,
             kind: policy.kind,
-            cutoff: policy.older_than.as_ref().map(|_| cutoff.to_owned()),
+            cutoff,
             age,
             order,
         })

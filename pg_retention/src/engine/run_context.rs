@@ -1,19 +1,19 @@
-//! What a sweep batch needs to know about its policy, table and holds, kept between the batches
+//! What a sweep step needs to know about its policy, table and holds, kept between the steps
 //! of one run in this backend.
 //!
-//! Reading the policy, describing the table and reading the holds again for every batch cost
-//! about as much as deleting a thousand rows. Each batch instead reads one fingerprint of all
+//! Reading the policy, describing the table and reading the holds again for every step cost
+//! about as much as deleting a thousand rows. Each step instead reads one fingerprint of all
 //! three — the policy's version and state, the table's catalog row and the foreign keys that
 //! reference it, and the table's hold records and lifts — and reloads everything only when the
 //! fingerprint differs from the one the cached context was read with. A change committed between
-//! batches therefore takes effect at the next batch, exactly as when everything was reloaded.
+//! steps therefore takes effect at the next step, exactly as when everything was reloaded.
 
 use crate::catalog::policy::fingerprint;
 use crate::catalog::{Hold, HoldFence, Policy, RelationInfo};
 use crate::error::Result;
 use std::cell::RefCell;
 
-/// Everything a batch plans with.
+/// Everything a step plans with.
 #[derive(Clone)]
 pub struct RunContext {
     /// The policy as of the fingerprint.
@@ -31,9 +31,9 @@ thread_local! {
     static CACHED: RefCell<Option<(String, String, RunContext)>> = const { RefCell::new(None) };
 }
 
-/// The context for the next batch of run `run_id` of policy `policy_id`: the cached one when
+/// The context for the next step of run `run_id` of policy `policy_id`: the cached one when
 /// nothing changed, else read afresh. None when the policy was dropped.
-pub fn for_batch(run_id: &str, policy_id: i64) -> Result<Option<RunContext>> {
+pub fn for_step(run_id: &str, policy_id: i64) -> Result<Option<RunContext>> {
     let Some(fingerprint) = fingerprint(policy_id)? else {
         return Ok(None);
     };
@@ -57,7 +57,7 @@ pub fn for_batch(run_id: &str, policy_id: i64) -> Result<Option<RunContext>> {
         fence,
     };
     // The fingerprint was read before the context: a change committed in between makes the
-    // next batch's fingerprint differ, and that batch reads everything again.
+    // next step's fingerprint differ, and that step reads everything again.
     CACHED.with(|c| *c.borrow_mut() = Some((run_id.to_owned(), fingerprint, ctx.clone())));
     Ok(Some(ctx))
 }

@@ -1,8 +1,9 @@
 //! The database worker: one per served database. Each cycle sweeps every enabled delete
 //! policy, children first, each under the policy's advisory lock taken on this backend, one
-//! transaction per batch. SIGTERM is honoured between batches; the cycle cap stops the cycle.
+//! transaction per sweep step. SIGTERM is honoured between steps; the cycle cap stops the cycle.
 
 use super::schedule::{jitter_offset, next_delay};
+use crate::catalog::worker_state::{self, WorkerState};
 use crate::gucs;
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
@@ -51,15 +52,9 @@ fn extension_installed() -> bool {
     .unwrap_or(false)
 }
 
-fn set_state(state: &str, policy: Option<&str>, next_wake_secs: Option<f64>) {
-    let state = state.to_owned();
+fn set_state(state: WorkerState, policy: Option<&str>, next_wake_secs: Option<f64>) {
     let policy = policy.map(str::to_owned);
-    let r = tx(move || {
-        Spi::run_with_args(
-            "SELECT retention._worker_set($1, $2, $3)",
-            &[state.as_str().into(), policy.into(), next_wake_secs.into()],
-        )
-    });
+    let r = tx(move || worker_state::record(state, policy, next_wake_secs));
     if let Err(e) = r {
         warning!("pg_retention: could not record worker state: {e}");
     }
@@ -67,7 +62,7 @@ fn set_state(state: &str, policy: Option<&str>, next_wake_secs: Option<f64>) {
 
 /// Whether `retention.wake()` asked for a cycle since the last one started.
 fn wake_requested() -> bool {
-    tx(|| Spi::get_one::<bool>("SELECT retention._worker_wake_pending()"))
+    tx(worker_state::wake_pending)
         .ok()
         .flatten()
         .unwrap_or(false)
@@ -114,7 +109,7 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
         return Some(0);
     };
     set_activity(database, Some(name));
-    set_state("sweeping", Some(name), None);
+    set_state(WorkerState::Sweeping, Some(name), None);
     let mut stopping = false;
     while !is_done(&state) {
         if BackgroundWorker::sigterm_received() {
@@ -156,7 +151,7 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
 
 /// One cycle over every enabled delete policy. Returns false when the worker must stop.
 fn run_cycle(database: &str) -> bool {
-    set_state("sweeping", None, None);
+    set_state(WorkerState::Sweeping, None, None);
     let rows = tx(|| {
         Spi::connect(|client| {
             client
@@ -246,9 +241,7 @@ pub extern "C-unwind" fn pg_retention_database_main(arg: pg_sys::Datum) {
             continue;
         }
         if !registered {
-            let r = tx(move || {
-                Spi::run_with_args("SELECT retention._worker_started($1)", &[restarts.into()])
-            });
+            let r = tx(move || worker_state::record_start(restarts));
             if let Err(e) = r {
                 warning!("pg_retention: could not register the worker: {e}");
             }
@@ -275,9 +268,9 @@ pub extern "C-unwind" fn pg_retention_database_main(arg: pg_sys::Datum) {
         }
         wait = next_cycle.saturating_duration_since(Instant::now());
         if changed {
-            set_state("idle", None, Some(wait.as_secs_f64()));
+            set_state(WorkerState::Idle, None, Some(wait.as_secs_f64()));
         }
     }
-    set_state("stopped", None, None);
+    set_state(WorkerState::Stopped, None, None);
     log!("pg_retention worker for database \"{database}\" stopped");
 }

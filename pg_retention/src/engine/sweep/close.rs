@@ -7,7 +7,7 @@ use crate::engine::eligible::{Eligibility, Guards};
 use crate::error::Result;
 use serde_json::json;
 
-/// Records a batch that raised an error and ends the run.
+/// Records a step that raised an error and ends the run.
 pub fn failed(state: SweepState, message: &str, sqlstate: &str) -> Result<SweepState> {
     let policy = Policy::by_id(state.policy_id)?;
     LedgerEntry {

@@ -26,7 +26,7 @@ use serde_json::json;
 
 /// Highest block number a tid can have; used as "end of table".
 const END_BLOCK: u64 = u32::MAX as u64;
-/// Block ranges grow up to this many blocks when batches come back sparse.
+/// Block ranges grow up to this many blocks when steps come back sparse.
 const MAX_SPAN: u64 = 1 << 20;
 
 /// How a run went (`detail.outcome` of its `run` ledger record).
@@ -60,12 +60,12 @@ pub struct SweepState {
     pub run_id: String,
     /// Who runs it (a role, or "worker").
     pub actor: String,
-    /// Watermark: batches look at rows after this tid (block, item).
+    /// Watermark: steps look at rows after this tid (block, item).
     pub lo: (u64, u64),
-    /// For `age`: blocks per batch range (adapts to the density of eligible rows).
+    /// For `age`: blocks per step range (adapts to the density of eligible rows).
     pub span: u64,
-    /// For `age` on a table with a btree index on the age column: batches walk that index and
-    /// take the eligible rows aged from this value on (the type's text form). None: batches walk
+    /// For `age` on a table with a btree index on the age column: steps walk that index and
+    /// take the eligible rows aged from this value on (the type's text form). None: steps walk
     /// block ranges from `lo`.
     #[serde(default)]
     pub age_from: Option<String>,
@@ -171,7 +171,7 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
     if state.done {
         return Ok(state);
     }
-    let Some(ctx) = run_context::for_batch(&state.run_id, state.policy_id)? else {
+    let Some(ctx) = run_context::for_step(&state.run_id, state.policy_id)? else {
         return Ok(state.stop(Outcome::Stopped, "policy was dropped during the run"));
     };
     let RunContext {
@@ -193,7 +193,7 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
         return Ok(state.stop(Outcome::Stopped, "policy was disabled during the run"));
     }
     let remaining = state.cap - state.deleted;
-    // An age batch runs a statement planned once per run, with the cutoff as a parameter; the
+    // An age step runs a statement planned once per run, with the cutoff as a parameter; the
     // other kinds and the checks below read the cutoff as a constant.
     let literal = || Eligibility::new(policy, rel, holds);
     let elig = if policy.kind == Kind::Age {
@@ -231,7 +231,7 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
         ),
     };
     if result.new_hold {
-        // Deleted nothing; the next batch reads the new hold and plans again from here.
+        // Deleted nothing; the next step reads the new hold and plans again from here.
         return Ok(state);
     }
     if result.deleted > 0 {
@@ -244,7 +244,7 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
     }
     let full = result.planned >= n;
     match (elig.kind(), full, result.last) {
-        // The batch filled up: continue right after its last planned row.
+        // The step filled up: continue right after its last planned row.
         (_, true, Some(last)) => state.lo = last,
         // A sparse block range: move past it and widen the next one.
         (Kind::Age, _, _) => {
@@ -262,13 +262,13 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
         {
             state = state.stop_at_cap()
         }
-        // Ranked kinds and entity look at the whole rest of the table each batch.
+        // Ranked kinds and entity look at the whole rest of the table each step.
         _ => state = state.stop(Outcome::Ok, "no eligible rows left"),
     }
     Ok(state)
 }
 
-/// Counts a batch that deleted `rows` and ledgers it (`detail` plus the batch number).
+/// Counts a step that deleted `rows` and ledgers it (`detail` plus the step number).
 fn record_prune(
     state: &mut SweepState,
     ctx: &RunContext,
@@ -301,5 +301,5 @@ fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
     elig.as_owner(|| present(Spi::get_one::<bool>(&sql)?, "EXISTS"))
 }
 
-/// The cutoff parameter of both age batch statements (block range and index).
+/// The cutoff parameter of both age step statements (block range and index).
 const CUTOFF_PARAM: &str = "$1";

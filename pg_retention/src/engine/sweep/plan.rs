@@ -8,7 +8,7 @@ use pgrx::prelude::*;
 use pgrx::PgOid;
 
 /// Whether the table has a btree index that leads with the policy's age column (whole-table,
-/// default operator class), so that batches can take rows in age order and stop at the cutoff
+/// default operator class), so that steps can take rows in age order and stop at the cutoff
 /// instead of reading every block.
 pub(super) fn has_age_index(rel: &RelationInfo, policy: &Policy) -> Result<bool> {
     let plan = prepared::cached(
@@ -35,7 +35,7 @@ pub(super) fn has_age_index(rel: &RelationInfo, policy: &Policy) -> Result<bool>
     )
 }
 
-/// Blocks per batch so that a dense range holds about one batch of rows.
+/// Blocks per step so that a dense range holds about one step of rows.
 pub(super) fn initial_span(rel: &RelationInfo, batch_size: i32) -> Result<u64> {
     let per_block = Spi::get_one_with_args::<f64>(
         "SELECT CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages ELSE 50 END::float8

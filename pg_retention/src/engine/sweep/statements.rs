@@ -45,13 +45,13 @@ pub(super) fn run_step_sql(sql: &str) -> Result<StepResult> {
     })
 }
 
-/// One batch of an `age` policy through an index on the age column: one DELETE of the eligible
+/// One step of an `age` policy through an index on the age column: one DELETE of the eligible
 /// rows aged from `from` up to (not including) the age of the first eligible row past the
-/// batch's `n`, looked up once by the same statement (an index scan of `n + 1` entries, under
+/// step's `n`, looked up once by the same statement (an index scan of `n + 1` entries, under
 /// the same snapshot), so it deletes at most `n` rows and never reads a row past the cutoff.
-/// Rows that share the boundary age go to the next batch whole; when more than `n` rows share
-/// the age the batch starts at, the run goes on by block ranges instead. A hold placed after
-/// the holds were read makes the bound NULL, and the batch deletes nothing.
+/// Rows that share the boundary age go to the next step whole; when more than `n` rows share
+/// the age the step starts at, the run goes on by block ranges instead. A hold placed after
+/// the holds were read makes the bound NULL, and the step deletes nothing.
 pub(super) fn age_index_step(
     mut state: SweepState,
     ctx: &RunContext,
@@ -99,7 +99,7 @@ pub(super) fn age_index_step(
     })?;
     let bound = quota::bound(token);
     if deleted == 0 && fence.tripped_now()? {
-        // A hold arrived after the batch read the holds: read the same rows again with it.
+        // A hold arrived after the step read the holds: read the same rows again with it.
         return Ok(state);
     }
     if deleted > 0 {
@@ -115,12 +115,12 @@ pub(super) fn age_index_step(
         None if deleted == 0 => state.stop(Outcome::Ok, "no eligible rows left"),
         None => {
             return Err(RetentionError::Internal(
-                "an index batch deleted rows without computing its bound".into(),
+                "an index step deleted rows without computing its bound".into(),
             ))
         }
         Some(None) => state.stop(Outcome::Ok, "no eligible rows left"),
         Some(Some(next)) if next == from => {
-            // More than a batch of rows share this age: go on by block ranges from the start.
+            // More than a step of rows share this age: go on by block ranges from the start.
             state.age_from = None;
             state.lo = (0, 0);
             state
@@ -132,7 +132,7 @@ pub(super) fn age_index_step(
     })
 }
 
-/// One batch of an `age` policy: one DELETE over one block range (a TID range scan, a page at a
+/// One step of an `age` policy: one DELETE over one block range (a TID range scan, a page at a
 /// time, as fast as a bulk DELETE per row), deleting the first `n` eligible rows in physical
 /// order. `retention._batch_quota` counts the rows that passed every other condition (the CASE
 /// makes it run last), refuses past `n`, and remembers the last row it let through, so the
@@ -179,7 +179,7 @@ pub(super) fn age_range_step(
     })
 }
 
-/// One batch of row-wise kinds: plan up to `n` eligible rows after the watermark in physical
+/// One step of row-wise kinds: plan up to `n` eligible rows after the watermark in physical
 /// order and delete exactly those, in one statement.
 pub(super) fn row_step(
     elig: &Eligibility<'_>,
@@ -206,8 +206,8 @@ pub(super) fn row_step(
     )
 }
 
-/// One batch of an `entity` policy: whole expired groups in order of their first row, as many
-/// as fit in the batch (at least one) and never more than the run has left.
+/// One step of an `entity` policy: whole expired groups in order of their first row, as many
+/// as fit in the step (at least one) and never more than the run has left.
 pub(super) fn entity_step(
     elig: &Eligibility<'_>,
     fence: &HoldFence,
