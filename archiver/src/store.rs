@@ -25,6 +25,16 @@ pub enum Written {
     AlreadyIdentical,
 }
 
+/// The retry budget of every request: both bounds are the operator's (the object store's own
+/// defaults, 10 retries over 3 minutes, would hold a failing batch for minutes).
+fn retry_config(settings: &Settings) -> RetryConfig {
+    RetryConfig {
+        max_retries: settings.max_retries,
+        retry_timeout: settings.retry_timeout,
+        ..RetryConfig::default()
+    }
+}
+
 fn split_bucket(rest: &str) -> (String, String) {
     let mut parts = rest.splitn(2, '/');
     let bucket = parts.next().unwrap_or_default().to_owned();
@@ -49,11 +59,7 @@ impl Store {
                     .as_deref()
                     .is_some_and(|e| e.starts_with("http://")),
             );
-        let retry = RetryConfig {
-            max_retries: settings.max_retries,
-            retry_timeout: settings.retry_timeout,
-            ..RetryConfig::default()
-        };
+        let retry = retry_config(settings);
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             Error::Config(format!(
                 "store {url:?} is not a URL (file:///path, s3://bucket/prefix, ...)"
@@ -329,6 +335,19 @@ mod tests {
             Err(Error::ForeignOccupant { .. })
         ));
         assert_eq!(&s.get("a/b.slice").await.unwrap()[..], b"foreign");
+    }
+
+    #[test]
+    fn both_retry_bounds_are_the_operators() {
+        let o = Options {
+            store: Some("memory://pfx".into()),
+            max_retries: Some(7),
+            retry_timeout: Some("9s".into()),
+            ..Default::default()
+        };
+        let retry = retry_config(&Settings::resolve(o).unwrap());
+        assert_eq!(retry.max_retries, 7);
+        assert_eq!(retry.retry_timeout, std::time::Duration::from_secs(9));
     }
 
     #[test]
