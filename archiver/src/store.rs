@@ -5,8 +5,11 @@ use crate::config::Settings;
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use futures::TryStreamExt;
+use object_store::aws::AmazonS3ConfigKey;
+use object_store::azure::AzureConfigKey;
+use object_store::gcp::GoogleConfigKey;
 use object_store::path::Path;
-use object_store::{ClientOptions, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig};
+use object_store::{ClientConfigKey, ObjectStore, PutMode, PutOptions, PutPayload, RetryConfig};
 use std::sync::Arc;
 
 /// An object store plus the key prefix every object of ours lives under.
@@ -23,6 +26,44 @@ pub enum Written {
     Created,
     /// An object with exactly these bytes was there already (a retried write that had succeeded).
     AlreadyIdentical,
+}
+
+/// The client settings that are ours (timeouts; plain HTTP for an `http://` endpoint given with
+/// `--s3-endpoint`), set key by key on a builder that read the store's standard environment
+/// (`AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, `GOOGLE_*`, `AZURE_*`, …): setting whole client options
+/// would replace what it read.
+fn client_keys(settings: &Settings) -> Vec<(ClientConfigKey, String)> {
+    let mut keys = vec![
+        (
+            ClientConfigKey::Timeout,
+            humantime::format_duration(settings.request_timeout).to_string(),
+        ),
+        (
+            ClientConfigKey::ConnectTimeout,
+            humantime::format_duration(settings.connect_timeout).to_string(),
+        ),
+    ];
+    if settings
+        .s3_endpoint
+        .as_deref()
+        .is_some_and(|e| e.starts_with("http://"))
+    {
+        keys.push((ClientConfigKey::AllowHttp, "true".into()));
+    }
+    keys
+}
+
+/// Refuses an `http://` endpoint (ours or `AWS_ENDPOINT`) that plain HTTP was not allowed for,
+/// with the variables to set, before the client builder fails with an opaque "builder error".
+fn refuse_plain_http(endpoint: Option<String>, allow_http: Option<String>) -> Result<()> {
+    let allowed = allow_http.is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    match endpoint {
+        Some(e) if e.starts_with("http://") && !allowed => Err(Error::Config(format!(
+            "the S3 endpoint {e} is plain HTTP, which is not allowed: set AWS_ALLOW_HTTP=true \
+             with AWS_ENDPOINT, or pass the endpoint as --s3-endpoint / PG_RETENTION_S3_ENDPOINT"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The retry budget of every request: both bounds are the operator's (the object store's own
@@ -50,15 +91,7 @@ impl Store {
     /// Opens the store named by `settings.store`.
     pub fn open(settings: &Settings) -> Result<Store> {
         let url = settings.store.as_str();
-        let client = ClientOptions::new()
-            .with_timeout(settings.request_timeout)
-            .with_connect_timeout(settings.connect_timeout)
-            .with_allow_http(
-                settings
-                    .s3_endpoint
-                    .as_deref()
-                    .is_some_and(|e| e.starts_with("http://")),
-            );
+        let client = client_keys(settings);
         let retry = retry_config(settings);
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             Error::Config(format!(
@@ -83,8 +116,10 @@ impl Store {
                 let mut b = object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(bucket)
                     .with_region(&settings.s3_region)
-                    .with_client_options(client)
                     .with_retry(retry);
+                for (key, value) in client {
+                    b = b.with_config(AmazonS3ConfigKey::Client(key), value);
+                }
                 if let Some(endpoint) = &settings.s3_endpoint {
                     b = b
                         .with_endpoint(endpoint)
@@ -93,22 +128,30 @@ impl Store {
                 if let Some((key, secret)) = &settings.s3_credentials {
                     b = b.with_access_key_id(key).with_secret_access_key(secret);
                 }
+                refuse_plain_http(
+                    b.get_config_value(&AmazonS3ConfigKey::Endpoint),
+                    b.get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp)),
+                )?;
                 (Arc::new(b.build()?), prefix)
             }
             "gs" => {
                 let (bucket, prefix) = split_bucket(rest);
-                let b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
                     .with_bucket_name(bucket)
-                    .with_client_options(client)
                     .with_retry(retry);
+                for (key, value) in client {
+                    b = b.with_config(GoogleConfigKey::Client(key), value);
+                }
                 (Arc::new(b.build()?), prefix)
             }
             "az" => {
                 let (container, prefix) = split_bucket(rest);
-                let b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
                     .with_container_name(container)
-                    .with_client_options(client)
                     .with_retry(retry);
+                for (key, value) in client {
+                    b = b.with_config(AzureConfigKey::Client(key), value);
+                }
                 (Arc::new(b.build()?), prefix)
             }
             other => return Err(Error::Config(format!("unknown store scheme {other:?}"))),

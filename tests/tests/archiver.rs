@@ -633,6 +633,38 @@ fn the_s3_server_stopped_mid_run_releases_the_batch_and_resumes_when_back() {
 }
 
 #[test]
+fn the_object_stores_standard_environment_is_honoured() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 200);
+    let before = total(&mut db);
+    let s3 = Seaweed::start("archive");
+    // object_store's own variables only: no PG_RETENTION_S3_ENDPOINT.
+    let standard = Archiver::new(&c.url("postgres"), "s3://archive/std")
+        .with_env("AWS_ENDPOINT", &s3.endpoint())
+        .with_env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .with_env("AWS_SECRET_ACCESS_KEY", SECRET_KEY);
+    // Plain HTTP that was not allowed is refused by name (not an opaque builder error), before
+    // anything is claimed.
+    let o = standard.run(&["once"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("AWS_ALLOW_HTTP"), "{}", text(&o));
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'claim'"
+        ),
+        0
+    );
+    assert_eq!(total(&mut db), before);
+    // Allowed the standard way, it archives (our timeouts do not replace what it read).
+    let o = standard.with_env("AWS_ALLOW_HTTP", "true").run(&["once"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(eligible(&mut db), 0);
+    assert_nothing_lost(&mut db);
+}
+
+#[test]
 fn a_row_updated_between_claim_and_complete_is_refused() {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");
