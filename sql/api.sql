@@ -386,10 +386,13 @@ LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp A
 DECLARE
     p record;
     r text[];
-    enabled boolean := current_setting('pg_retention.enabled')::boolean;
+    -- Without shared_preload_libraries no worker runs; the settings are read with missing_ok
+    -- (their defaults otherwise) so a managed host gets a report, not an error.
+    preloaded boolean := retention._preloaded();
+    enabled boolean := coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'on')::boolean;
     served boolean := current_database()::text = ANY (
         string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ','));
-    naptime interval := current_setting('pg_retention.naptime')::interval;
+    naptime interval := coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval;
     running boolean := EXISTS (SELECT 1 FROM retention.workers w WHERE w.database = current_database() AND w.running);
     last_run record;
     overdue text;
@@ -397,7 +400,9 @@ BEGIN
     FOR p IN SELECT * FROM retention.policies ORDER BY name LOOP
         r := '{}';
         IF p.action = 'delete' AND p.enabled THEN
-            IF NOT enabled THEN
+            IF NOT preloaded THEN
+                r := array_append(r, 'worker not preloaded (pg_retention is not in shared_preload_libraries): schedule CALL retention.run(), e.g. with pg_cron');
+            ELSIF NOT enabled THEN
                 r := array_append(r, 'worker disabled (pg_retention.enabled = off)');
             ELSIF NOT served THEN
                 r := array_append(r, format('database %s is not in pg_retention.databases', current_database()));

@@ -435,3 +435,26 @@ fn a_bad_database_name_does_not_stop_the_launcher_or_other_databases() {
     });
     assert!(retried, "the launcher retries the failing database");
 }
+
+#[test]
+fn without_preload_health_reports_no_worker_and_run_still_sweeps() {
+    // A managed host: the extension created without shared_preload_libraries.
+    let c = Cluster::start(&["shared_preload_libraries = ''"]);
+    let mut db = c.connect("postgres");
+    outbox(&mut db, "outbox", 400);
+    let expired_before = expired(&mut db, "outbox");
+    assert!(expired_before > 0);
+    // A new session, where nothing has loaded the library yet: health() reports, not errors.
+    let mut fresh = c.connect("postgres");
+    let (healthy, reasons): (bool, Vec<String>) = fresh
+        .query_one("SELECT healthy, reasons FROM retention.health()", &[])
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    assert!(!healthy);
+    assert!(
+        reasons.iter().any(|r| r.contains("worker not preloaded")),
+        "{reasons:?}"
+    );
+    fresh.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(expired(&mut fresh, "outbox"), 0);
+}

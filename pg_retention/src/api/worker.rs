@@ -1,4 +1,5 @@
-//! Rust helpers of the worker's SQL surface: waking a worker, and the overdue check of health().
+//! Rust helpers of the worker's SQL surface: waking a worker, whether workers can run at all,
+//! and the overdue check of health().
 
 use crate::catalog::{active_holds, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
@@ -20,6 +21,13 @@ fn _set_latch(pid: i32) -> bool {
         pg_sys::SetLatch(&raw mut (*proc_).procLatch);
     }
     true
+}
+
+/// Whether the library was preloaded (shared_preload_libraries), so background workers run.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _preloaded() -> bool {
+    crate::worker::preloaded()
 }
 
 fn overdue(policy_id: i64, grace: &str) -> Result<Option<String>> {

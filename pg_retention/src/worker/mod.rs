@@ -11,7 +11,17 @@ mod launcher;
 mod schedule;
 
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Set when the library was loaded by shared_preload_libraries (in the postmaster, so every
+/// backend forked from it sees it set); a library loaded later by a backend leaves it unset.
+static PRELOADED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the library was preloaded, so the launcher runs (`retention.health()` says so when not).
+pub fn preloaded() -> bool {
+    PRELOADED.load(Ordering::Relaxed)
+}
 
 /// Registers the launcher. Called from `_PG_init` only while shared_preload_libraries loads.
 pub fn init() {
@@ -19,6 +29,7 @@ pub fn init() {
     if !unsafe { pgrx::pg_sys::process_shared_preload_libraries_in_progress } {
         return;
     }
+    PRELOADED.store(true, Ordering::Relaxed);
     BackgroundWorkerBuilder::new("pg_retention launcher")
         .set_type("pg_retention launcher")
         .set_library("pg_retention")
