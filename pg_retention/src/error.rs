@@ -285,8 +285,13 @@ impl<T> OrReport<T> for Result<T> {
     }
 }
 
-/// The value of a statement that cannot return NULL (a count, an EXISTS, a RETURNING of a row
-/// just written), or a typed internal error naming `what` when it did.
+/// The typed internal error of a statement that returned no row or NULL where it cannot (a
+/// count, an EXISTS, a RETURNING of a row just written, a coalesced aggregate).
+pub fn returned_nothing(what: &str) -> RetentionError {
+    RetentionError::Internal(format!("{what} returned nothing"))
+}
+
+/// The value of a statement that cannot return NULL, or [`returned_nothing`].
 pub fn present<T>(value: Option<T>, what: &str) -> Result<T> {
-    value.ok_or_else(|| RetentionError::Internal(format!("{what} returned NULL")))
+    value.ok_or_else(|| returned_nothing(what))
 }

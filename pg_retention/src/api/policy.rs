@@ -4,7 +4,7 @@ use crate::catalog::link;
 use crate::catalog::policy::{append_version, check_names};
 use crate::catalog::{caller, caller_oid, Action, Change, Policy, PolicySpec, RelationInfo};
 use crate::engine::validate::{interval_sign, validate};
-use crate::error::{outcome, OrReport, Result, RetentionError};
+use crate::error::{outcome, returned_nothing, OrReport, Result, RetentionError};
 use crate::guard;
 use pgrx::prelude::*;
 use serde_json::Value;
@@ -63,8 +63,7 @@ fn ensure_link(
         "SELECT $2::interval >= $1::interval + $3::interval, ($1::interval + $3::interval)::text",
         &[pw.as_str().into(), cw.as_str().into(), margin.into()],
     )?;
-    let required =
-        required.ok_or_else(|| RetentionError::Internal("a window sum returned NULL".into()))?;
+    let required = required.ok_or_else(|| returned_nothing("a window sum"))?;
     if ok != Some(true) {
         return Err(RetentionError::WindowLink {
             producer: producer.into(),

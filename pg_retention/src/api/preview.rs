@@ -2,7 +2,7 @@
 
 use crate::catalog::{query_json, Policy};
 use crate::engine::preview::preview as preview_one;
-use crate::error::{OrReport, Result, RetentionError};
+use crate::error::{returned_nothing, OrReport, Result};
 use pgrx::prelude::*;
 
 /// policy, eligible, held, hold_ids, would_delete, backlog, archive_bytes_estimate
@@ -15,7 +15,7 @@ fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
             "SELECT coalesce(jsonb_agg(name ORDER BY name), '[]') FROM retention.policies",
             &[],
         )?
-        .ok_or_else(|| RetentionError::Internal("listing policies returned nothing".into()))?,
+        .ok_or_else(|| returned_nothing("listing policies"))?,
     };
     let mut rows = Vec::with_capacity(names.len());
     for name in names {

@@ -136,13 +136,11 @@ fn claim_rendering(
     if claimed.keys.is_empty() {
         return Ok(None);
     }
-    let arity = rel.pk.len().max(1);
-    let rows = (claimed.keys.len() / arity) as i64;
-    let batch = Batch::insert_claimed(NewBatch {
+    let (batch, rows) = Batch::insert_claimed(NewBatch {
         policy: &policy,
         owner,
         keys: claimed.keys,
-        arity,
+        arity: rel.pk.len(),
         places: &claimed.places,
         age: (age.min, age.max),
         lease,

@@ -4,7 +4,7 @@
 use super::batch_policy;
 use super::verify::in_claim_order;
 use crate::catalog::{Batch, BatchState, Policy, RelationInfo};
-use crate::error::{Result, RetentionError};
+use crate::error::{returned_nothing, Result, RetentionError};
 use crate::render::{render_batch, Rendered};
 use pg_retention_format::{ColumnSpec, Manifest, FORMAT_VERSION};
 use pgrx::prelude::*;
@@ -53,7 +53,7 @@ pub fn manifest(id: &str, digest: bool) -> Result<Manifest> {
         (String::new(), b.rows.max(0) as u64, 0)
     };
     let database = Spi::get_one::<String>("SELECT current_database()::text")?
-        .ok_or_else(|| RetentionError::Internal("current_database() returned NULL".into()))?;
+        .ok_or_else(|| returned_nothing("current_database()"))?;
     Ok(Manifest {
         format: FORMAT_VERSION,
         database,

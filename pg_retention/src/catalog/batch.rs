@@ -3,7 +3,7 @@
 //! of verified archives a prune leaves behind.
 
 use crate::catalog::{optional_one, query_json, Policy, RelationInfo};
-use crate::error::{Result, RetentionError};
+use crate::error::{returned_nothing, Result, RetentionError};
 use crate::tid::{self, Tid};
 use pgrx::prelude::*;
 use serde::Deserialize;
@@ -105,8 +105,8 @@ impl Batch {
         query_json(&sql, &[id.into()])?.ok_or_else(|| RetentionError::UnknownBatch(id.to_owned()))
     }
 
-    /// Records a claimed batch and its frozen key set; returns its id.
-    pub fn insert_claimed(new: NewBatch<'_>) -> Result<String> {
+    /// Records a claimed batch and its frozen key set; returns its id and its rows.
+    pub fn insert_claimed(new: NewBatch<'_>) -> Result<(String, i64)> {
         let arity = new.arity.max(1);
         let rows = (new.keys.len() / arity) as i64;
         let (Some(first_key), Some(last_key)) = (
@@ -134,7 +134,7 @@ impl Batch {
                 new.lease.into(),
             ],
         )?
-        .ok_or_else(|| RetentionError::Internal("batch insert returned nothing".into()))?;
+        .ok_or_else(|| returned_nothing("batch insert"))?;
         Spi::run_with_args(
             "INSERT INTO retention.batch_keys (batch_id, keys, ctids) VALUES ($1::uuid, $2, $3)",
             &[
@@ -143,7 +143,7 @@ impl Batch {
                 tid::pointers(new.places).into(),
             ],
         )?;
-        Ok(batch)
+        Ok((batch, rows))
     }
 
     /// The frozen key set of a live batch and where its rows were when claimed.
@@ -181,7 +181,7 @@ impl Batch {
              SELECT coalesce(jsonb_agg(jsonb_build_array(e.id::text, e.rows)), '[]') FROM e",
             &[policy_id.into()],
         )?
-        .ok_or_else(|| RetentionError::Internal("lease expiry returned nothing".into()))
+        .ok_or_else(|| returned_nothing("lease expiry"))
     }
 
     /// Gives `owner`'s oldest claimed batch of `policy_id` a new lease; its id, if it had one.
@@ -222,7 +222,7 @@ impl Batch {
         );
         let after: Option<Texts> = after.map(<[_]>::to_vec);
         query_json::<Vec<KeyRange>>(&sql, &[i64::from(rel.oid).into(), after.into()])?
-            .ok_or_else(|| RetentionError::Internal("live ranges returned nothing".into()))
+            .ok_or_else(|| returned_nothing("live ranges"))
     }
 
     /// Extends the lease of batch `id`; returns the new end of the lease.
@@ -288,6 +288,6 @@ impl ArchiveRecord<'_> {
                 self.deleted.into(),
             ],
         )?
-        .ok_or_else(|| RetentionError::Internal("archive record insert returned nothing".into()))
+        .ok_or_else(|| returned_nothing("archive record insert"))
     }
 }

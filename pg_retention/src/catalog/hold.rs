@@ -2,7 +2,7 @@
 //! appending, never changed; and the fence that lets a hold placed mid-batch win.
 
 use crate::catalog::query_json;
-use crate::error::{Result, RetentionError};
+use crate::error::{returned_nothing, Result, RetentionError};
 use pgrx::prelude::*;
 
 /// An active legal hold on a relation.
@@ -25,7 +25,7 @@ pub fn active_holds(relation: u32) -> Result<Vec<Hold>> {
             AND NOT EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = h.id)",
         &[i64::from(relation).into()],
     )?;
-    holds.ok_or_else(|| RetentionError::Internal("reading holds returned nothing".into()))
+    holds.ok_or_else(|| returned_nothing("reading holds"))
 }
 
 /// How many hold records a table had when its holds were read. A delete statement that adds
@@ -44,7 +44,7 @@ impl HoldFence {
             "SELECT count(*) FROM retention.hold_records WHERE relation = $1::bigint::oid",
             &[i64::from(relation).into()],
         )?
-        .ok_or_else(|| RetentionError::Internal("counting hold records returned nothing".into()))?;
+        .ok_or_else(|| returned_nothing("counting hold records"))?;
         Ok((HoldFence { relation, seen }, active_holds(relation)?))
     }
 
@@ -62,7 +62,7 @@ impl HoldFence {
     /// this to tell a new hold from an empty range.
     pub fn tripped_now(&self) -> Result<bool> {
         Spi::get_one::<bool>(&format!("SELECT {}", self.tripped()))?
-            .ok_or_else(|| RetentionError::Internal("the hold fence returned NULL".into()))
+            .ok_or_else(|| returned_nothing("the hold fence"))
     }
 }
 
@@ -97,7 +97,7 @@ impl NewHold<'_> {
                 i64::from(self.placed_by).into(),
             ],
         )?
-        .ok_or_else(|| RetentionError::Internal("hold insert returned nothing".into()))
+        .ok_or_else(|| returned_nothing("hold insert"))
     }
 }
 

@@ -2,7 +2,7 @@
 //! `consumer.older_than >= producer.older_than + margin`.
 
 use crate::catalog::query_json;
-use crate::error::{Result, RetentionError};
+use crate::error::{returned_nothing, Result};
 use pgrx::prelude::*;
 
 /// A window link a policy takes part in, with both windows as they are now.
@@ -37,7 +37,7 @@ pub fn links_of(policy_id: i64) -> Result<Vec<Link>> {
           WHERE l.producer_id = $1 OR l.consumer_id = $1",
         &[policy_id.into()],
     )?
-    .ok_or_else(|| RetentionError::Internal("reading window links returned nothing".into()))
+    .ok_or_else(|| returned_nothing("reading window links"))
 }
 
 /// Records (or re-margins) the link from `producer_id` to `consumer_id`.

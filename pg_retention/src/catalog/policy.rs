@@ -1,7 +1,7 @@
 //! Policies as the engine sees them: the spec an operator gives, and the stored current version.
 
 use crate::catalog::{prepared, query_json};
-use crate::error::{Result, RetentionError};
+use crate::error::{returned_nothing, Result, RetentionError};
 use pgrx::pg_sys::BuiltinOid;
 use pgrx::prelude::*;
 use pgrx::PgOid;
@@ -276,7 +276,7 @@ impl Policy {
             "SELECT EXISTS (SELECT 1 FROM retention.policy_ids WHERE name = $1 AND dropped_at IS NULL)",
             &[name.into()],
         )?
-        .ok_or_else(|| RetentionError::Internal("EXISTS returned NULL".into()))
+        .ok_or_else(|| returned_nothing("EXISTS"))
     }
 
     /// A new policy id for `name`.
@@ -285,7 +285,7 @@ impl Policy {
             "INSERT INTO retention.policy_ids (name) VALUES ($1) RETURNING id",
             &[name.into()],
         )?
-        .ok_or_else(|| RetentionError::Internal("policy insert returned nothing".into()))
+        .ok_or_else(|| returned_nothing("policy insert"))
     }
 
     /// Marks policy `id` dropped (its versions and ledger stay).
@@ -398,7 +398,7 @@ pub fn append_version(
         record = record.join(", "),
     );
     Spi::get_one_with_args::<i32>(&sql, &args)?
-        .ok_or_else(|| RetentionError::Internal("policy version insert returned nothing".into()))
+        .ok_or_else(|| returned_nothing("policy version insert"))
 }
 
 #[cfg(any(test, feature = "pg_test"))]
