@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use pg_retention_format::Manifest;
 use std::str::FromStr;
 use std::time::Duration;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 /// A connection speaking the protocol.
 pub struct Db {
@@ -32,12 +32,14 @@ fn secs(d: Duration) -> f64 {
 impl Db {
     /// Connects (with the configured connect timeout) and spawns the connection task.
     pub async fn connect(settings: &Settings) -> Result<Db> {
-        let mut config = tokio_postgres::Config::from_str(settings.database()?)?;
+        let (conninfo, tls) = crate::tls::split(settings.database()?)?;
+        let mut config = tokio_postgres::Config::from_str(&conninfo)?;
+        config.ssl_mode(tls.postgres_mode());
         config.connect_timeout(settings.connect_timeout);
         if config.get_application_name().is_none() {
             config.application_name("pg-retention-archiver");
         }
-        let (client, connection) = config.connect(NoTls).await?;
+        let (client, connection) = config.connect(tls.connector()?).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::error!(error = %e, "database connection ended");

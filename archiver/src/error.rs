@@ -64,6 +64,17 @@ fn db_message(e: &tokio_postgres::Error) -> String {
             }
             m
         }
-        None => e.to_string(),
+        // tokio-postgres keeps the cause (a TLS handshake's "invalid peer certificate:
+        // UnknownIssuer", a refused connection) out of its own message.
+        None => {
+            let mut m = e.to_string();
+            let mut cause = std::error::Error::source(e);
+            while let Some(c) = cause {
+                m.push_str(": ");
+                m.push_str(&c.to_string());
+                cause = c.source();
+            }
+            m
+        }
     }
 }

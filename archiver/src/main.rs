@@ -14,6 +14,7 @@ mod ops;
 mod pipeline;
 mod runner;
 mod store;
+mod tls;
 
 use clap::Parser;
 use cli::{Cli, Command};

@@ -84,6 +84,22 @@ impl Cluster {
         )
     }
 
+    /// Connection string over the cluster's private Unix socket (no TLS, whatever pg_hba.conf
+    /// says about TCP).
+    pub fn socket_url(&self, db: &str) -> String {
+        format!(
+            "host={} port={} user=postgres dbname={db}",
+            self.dir.display(),
+            self.port
+        )
+    }
+
+    /// Replaces pg_hba.conf with `text` and reloads.
+    pub fn replace_hba(&self, text: &str) {
+        std::fs::write(self.dir.join("data").join("pg_hba.conf"), text).expect("write pg_hba.conf");
+        self.reload();
+    }
+
     /// The port the cluster listens on.
     pub fn port(&self) -> u16 {
         self.port

@@ -6,6 +6,7 @@ pub mod archiver;
 pub mod cluster;
 pub mod ports;
 pub mod seaweed;
+pub mod tls;
 
 pub use cluster::Cluster;
 pub use seaweed::Seaweed;

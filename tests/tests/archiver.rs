@@ -4,6 +4,7 @@
 
 use pg_retention_integration::archiver::{text, Archiver};
 use pg_retention_integration::seaweed::{ACCESS_KEY, SECRET_KEY};
+use pg_retention_integration::tls::{tls_only_cluster, Certs};
 use pg_retention_integration::{manifest_of, scalar, Cluster, Seaweed};
 use postgres::Client;
 use std::path::PathBuf;
@@ -662,6 +663,85 @@ fn the_object_stores_standard_environment_is_honoured() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(eligible(&mut db), 0);
     assert_nothing_lost(&mut db);
+}
+
+/// The archiver reaches a server that accepts TCP only over TLS with a client certificate, with
+/// libpq's meaning of each sslmode: verify-full checks chain and host name, verify-ca the chain
+/// only, a wrong CA is refused before anything is claimed, plaintext is refused by the server.
+#[test]
+fn the_archiver_archives_over_tls_with_verify_full_and_refuses_a_wrong_ca() {
+    let certs = Certs::make();
+    let c = tls_only_cluster(&certs);
+    let mut db = Client::connect(&c.socket_url("postgres"), postgres::NoTls).unwrap();
+    mixed_audit(&mut db, 300);
+    let before = total(&mut db);
+    let (dir, url) = file_store();
+    let client = format!(
+        "sslcert={} sslkey={}",
+        certs.path("client.crt"),
+        certs.path("client.key")
+    );
+    let over = |host: &str, tls: &str| {
+        Archiver::new(
+            &format!(
+                "host={host} port={} user=postgres dbname=postgres {tls}",
+                c.port()
+            ),
+            &url,
+        )
+    };
+    let claims = |db: &mut Client| {
+        scalar(
+            db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'claim'",
+        )
+    };
+    let refused = |a: Archiver, why: &str, db: &mut Client| {
+        let o = a.run(&["once"]);
+        assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+        assert!(text(&o).contains(why), "{why}: {}", text(&o));
+        assert_eq!(claims(db), 0);
+    };
+    let ca = certs.path("ca.crt");
+    // A CA that did not sign the server's certificate: refused, naming why.
+    let wrong = format!(
+        "sslmode=verify-full sslrootcert={} {client}",
+        certs.path("wrong-ca.crt")
+    );
+    refused(over("localhost", &wrong), "UnknownIssuer", &mut db);
+    // The certificate names "localhost", not 127.0.0.1: verify-full refuses the address...
+    let full = format!("sslmode=verify-full sslrootcert={ca} {client}");
+    refused(over("127.0.0.1", &full), "not valid for name", &mut db);
+    // ... plaintext is refused by the server (hostssl only) ...
+    refused(
+        over("localhost", &format!("sslmode=disable {client}")),
+        "pg_hba.conf",
+        &mut db,
+    );
+    // ... and without a client certificate the server refuses too.
+    refused(
+        over(
+            "localhost",
+            &format!("sslmode=verify-full sslrootcert={ca}"),
+        ),
+        "certificate",
+        &mut db,
+    );
+    assert_eq!(total(&mut db), before);
+    // verify-ca checks the chain only, so the address passes; one batch goes through it.
+    let o = over(
+        "127.0.0.1",
+        &format!("sslmode=verify-ca sslrootcert={ca} {client}"),
+    )
+    .run(&["once", "--max-batches", "1", "--batch-rows", "50"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(claims(&mut db), 1);
+    // verify-full to the name the certificate carries archives the rest.
+    let o = over("localhost", &full).run(&["once"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(eligible(&mut db), 0);
+    assert_nothing_lost(&mut db);
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
