@@ -4,6 +4,9 @@ PG_MAJOR=15
 PG_BIN=/usr/lib/postgresql/${PG_MAJOR}/bin
 PG_CONFIG=${PG_BIN}/pg_config
 SCRATCH=/var/tmp/pg_retention
+# The last release, built by scripts/past-release for the upgrade test (tests/tests/upgrade.rs).
+PAST_RELEASE=0.1.0
+PAST_RELEASE_COMMIT=2b63bd85819071954abaf5149d504857f791e660
 export PATH="$HOME/.cargo/bin:$PATH"
 # pgrx's test framework reads $USER; CI does not set it.
 export USER="${USER:-$(id -un)}"

@@ -35,6 +35,8 @@ pub struct Archiver {
     pub env: Vec<(String, String)>,
     /// Owner name.
     pub owner: String,
+    /// Another archiver binary (a past release) instead of this workspace's.
+    pub program: Option<PathBuf>,
 }
 
 impl Archiver {
@@ -45,6 +47,7 @@ impl Archiver {
             store: store.into(),
             env: vec![],
             owner: "test-archiver".into(),
+            program: None,
         }
     }
 
@@ -56,7 +59,7 @@ impl Archiver {
 
     /// The command with settings in the environment and `args` as flags.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(binary());
+        let mut c = Command::new(self.program.clone().unwrap_or_else(binary));
         c.args(args)
             .env("PG_RETENTION_DATABASE_URL", &self.database_url)
             .env("PG_RETENTION_STORE", &self.store)

@@ -80,3 +80,11 @@ SELECT w.database, w.pid, w.state, w.current_policy, w.started_at, w.last_cycle_
                 WHERE a.pid = w.pid AND a.backend_type = 'pg_retention worker') AS running
 FROM retention.worker_state w;
 GRANT SELECT ON retention.workers TO retention_admin;
+
+-- The archive index (archive.sql).
+CREATE VIEW retention.archives AS
+SELECT a.id, a.batch, a.policy, a.policy_version, a.relation, a.object_key, a.blake3, a.rows,
+       a.bytes, a.deleted, a.archived_at
+FROM retention.archive_records a;
+
+GRANT SELECT ON retention.archives TO retention_admin, retention_archiver;

@@ -5,7 +5,7 @@ CREATE TABLE retention.batches (
     id             uuid PRIMARY KEY DEFAULT gen_random_uuid(),
     policy_id      bigint NOT NULL REFERENCES retention.policy_ids (id),
     policy_version integer NOT NULL,
-    relation       oid NOT NULL,
+    relation       regclass NOT NULL,
     relation_name  text NOT NULL,
     state          text NOT NULL CHECK (state IN ('claimed', 'pruned', 'released', 'expired')),
     owner          text,
@@ -62,13 +62,7 @@ CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.archive_records
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_records
     FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
 
-CREATE VIEW retention.archives AS
-SELECT a.id, a.batch, a.policy, a.policy_version, a.relation, a.object_key, a.blake3, a.rows,
-       a.bytes, a.deleted, a.archived_at
-FROM retention.archive_records a;
-
-GRANT SELECT ON retention.archives TO retention_admin, retention_archiver;
-
 SELECT pg_catalog.pg_extension_config_dump('retention.batches', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.batch_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_records', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.archive_records_id_seq', '');

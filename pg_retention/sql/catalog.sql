@@ -30,7 +30,9 @@ CREATE UNIQUE INDEX policy_ids_live_name ON retention.policy_ids (name) WHERE dr
 CREATE TABLE retention.policy_versions (
     policy_id        bigint NOT NULL REFERENCES retention.policy_ids (id),
     version          integer NOT NULL,
-    relation         oid NOT NULL,
+    -- regclass and regrole (not oid): a dump writes them as names and a restore resolves
+    -- them again, so a policy finds its table (and its owner) in the restored database.
+    relation         regclass NOT NULL,
     relation_name    text NOT NULL,
     kind             text NOT NULL CHECK (kind IN ('age', 'keep_latest', 'versions', 'entity')),
     age_column       text,
@@ -50,7 +52,7 @@ CREATE TABLE retention.policy_versions (
     changed_at       timestamptz NOT NULL DEFAULT now(),
     -- The role the policy's predicates and deletes run as: whoever registered or last altered
     -- it (enable, disable and drop keep it).
-    owner            oid NOT NULL,
+    owner            regrole NOT NULL,
     PRIMARY KEY (policy_id, version)
 );
 
@@ -68,14 +70,14 @@ CREATE TABLE retention.window_links (
 -- Legal holds: placing appends a hold, lifting appends a lift. Neither is ever changed.
 CREATE TABLE retention.hold_records (
     id            bigserial PRIMARY KEY,
-    relation      oid NOT NULL,
+    relation      regclass NOT NULL,
     relation_name text NOT NULL,
     predicate     text NOT NULL,
     reason        text NOT NULL,
     actor         text NOT NULL,
     placed_at     timestamptz NOT NULL DEFAULT now(),
     -- The role that placed the hold: its predicate runs with this role's privileges.
-    placed_by     oid NOT NULL
+    placed_by     regrole NOT NULL
 );
 CREATE TABLE retention.hold_lifts (
     hold_id   bigint PRIMARY KEY REFERENCES retention.hold_records (id),
@@ -116,16 +118,6 @@ CREATE TABLE retention.ledger_entries (
 );
 CREATE INDEX ledger_entries_policy ON retention.ledger_entries (policy_id, method, at);
 
--- Append-only enforcement: refuses UPDATE, DELETE and TRUNCATE, for the owner too.
-CREATE FUNCTION retention._refuse_change() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
-BEGIN
-    RAISE EXCEPTION 'retention.% is append-only', TG_TABLE_NAME
-        USING ERRCODE = 'RT401',
-              DETAIL = format('%s on %I.%I was refused.', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME),
-              HINT = 'Records of pg_retention are never changed or removed; append a new record instead (for holds: retention.lift_hold).';
-END
-$fn$;
 
 CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.ledger_entries
     FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
@@ -151,3 +143,7 @@ SELECT pg_catalog.pg_extension_config_dump('retention.window_links', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.hold_records', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.hold_lifts', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.ledger_entries', '');
+-- The sequences too, so ids after a restore continue where the dump left them.
+SELECT pg_catalog.pg_extension_config_dump('retention.policy_ids_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.hold_records_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.ledger_entries_id_seq', '');
