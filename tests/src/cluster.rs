@@ -100,6 +100,15 @@ impl Cluster {
         self.reload();
     }
 
+    /// A PostgreSQL program of the installation the cluster runs (`$PG_BIN`, as scripts/lib.sh
+    /// sets it).
+    pub fn program(name: &str) -> PathBuf {
+        let bin = std::env::var_os("PG_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/usr/lib/postgresql/15/bin"));
+        bin.join(name)
+    }
+
     /// The port the cluster listens on.
     pub fn port(&self) -> u16 {
         self.port

@@ -92,3 +92,107 @@ async fn s3_server_enforces_create_only_writes() {
     let body = store.get(&key).await.unwrap().bytes().await.unwrap();
     assert_eq!(&body[..], b"first", "the occupant must be unchanged");
 }
+
+/// The PostgreSQL image's entry point (deploy/postgres-start, the Dockerfile's CMD), run without
+/// Docker on a scratch data directory: pg_retention preloaded, listening on every interface,
+/// TCP clients by password only, the password set from POSTGRES_PASSWORD (quotes and all).
+#[test]
+fn the_postgres_images_entry_point_preloads_listens_and_requires_a_password() {
+    use std::process::{Command, Stdio};
+    let port = pg_retention_integration::ports::free_ports(1)[0];
+    let dir = std::path::Path::new(pg_retention_integration::cluster::SCRATCH)
+        .join(format!("image-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("postgres-start");
+    std::fs::copy(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/postgres-start"),
+        &script,
+    )
+    .unwrap();
+    assert!(Command::new("chown")
+        .args(["-R", "postgres:postgres"])
+        .arg(&dir)
+        .status()
+        .unwrap()
+        .success());
+    let bin = Cluster::program("postgres");
+    let path = format!("{}:/usr/bin:/bin", bin.parent().unwrap().display());
+    let data = dir.join("data");
+    let password = "it's a secret";
+    let mut server = Command::new("runuser")
+        .args(["-u", "postgres", "--", "env"])
+        .arg(format!("PATH={path}"))
+        .arg(format!("PGDATA={}", data.display()))
+        .arg(format!("POSTGRES_PASSWORD={password}"))
+        .arg(&script)
+        .args(["-p", &port.to_string(), "-k", &dir.to_string_lossy()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres");
+    let mut connected = None;
+    for _ in 0..300 {
+        if let Ok(c) = postgres::Client::connect(
+            &format!("{url} password='it\\'s a secret'"),
+            postgres::NoTls,
+        ) {
+            connected = Some(c);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let stop = || {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(Cluster::program("pg_ctl"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    };
+    let Some(mut db) = connected else {
+        stop();
+        let _ = server.kill();
+        let out = server.wait_with_output().unwrap();
+        panic!(
+            "the entry point's server never accepted the password: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let show = |db: &mut postgres::Client, name: &str| -> String {
+        db.query_one(&format!("SHOW {name}"), &[]).unwrap().get(0)
+    };
+    assert_eq!(show(&mut db, "shared_preload_libraries"), "pg_retention");
+    assert_eq!(show(&mut db, "listen_addresses"), "*");
+    db.batch_execute("CREATE EXTENSION pg_retention").unwrap();
+    db.batch_execute(
+        "CREATE TABLE t (id int PRIMARY KEY, at timestamptz NOT NULL);
+         SELECT retention.add_policy(name => 't', relation => 't', kind => 'age', age_column => 'at', older_than => '1 day');",
+    )
+    .unwrap();
+    // Preloaded, so health() names the worker as merely disabled (the default), not missing.
+    let reasons: Vec<String> = db
+        .query_one(
+            "SELECT reasons FROM retention.health() WHERE policy = 't'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        reasons.iter().any(|r| r.contains("worker disabled")),
+        "{reasons:?}"
+    );
+    let refused = postgres::Client::connect(&url, postgres::NoTls);
+    assert!(
+        refused.is_err(),
+        "a TCP client without the password is refused"
+    );
+    let wrong = postgres::Client::connect(&format!("{url} password=wrong"), postgres::NoTls);
+    assert!(wrong.is_err(), "a wrong password is refused");
+    drop(db);
+    stop();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

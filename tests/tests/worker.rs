@@ -458,3 +458,62 @@ fn without_preload_health_reports_no_worker_and_run_still_sweeps() {
     fresh.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(expired(&mut fresh, "outbox"), 0);
 }
+
+/// The managed-host recipe of docs/configuration.md: only pg_cron is preloaded, and pg_cron
+/// runs `CALL retention.run()`. pg_cron 1.4 (Debian's) schedules by the minute, so the test
+/// registers the documented schedule and, to see it run within a minute, the same command
+/// every minute.
+#[test]
+fn pg_cron_alone_preloaded_runs_the_sweeps_on_schedule() {
+    let c = Cluster::start_bare(&[
+        "shared_preload_libraries = 'pg_cron'",
+        "cron.database_name = 'postgres'",
+        "cron.use_background_workers = on",
+    ]);
+    c.execute(
+        "postgres",
+        "CREATE EXTENSION pg_cron; CREATE EXTENSION pg_retention",
+    );
+    let mut db = c.connect("postgres");
+    outbox(&mut db, "outbox", 400);
+    assert!(expired(&mut db, "outbox") > 0);
+    let recipe: i64 = db
+        .query_one(
+            "SELECT cron.schedule('retention', '*/5 * * * *', 'CALL retention.run()')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(recipe > 0);
+    db.batch_execute("SELECT cron.schedule('retention-now', '* * * * *', 'CALL retention.run()')")
+        .unwrap();
+    let ran = c.wait_until(std::time::Duration::from_secs(90), || {
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM cron.job_run_details d JOIN cron.job j USING (jobid)
+              WHERE j.jobname = 'retention-now' AND d.status = 'succeeded'",
+        ) > 0
+    });
+    let details: Vec<String> = db
+        .query(
+            "SELECT status || ': ' || coalesce(return_message, '') FROM cron.job_run_details",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        ran,
+        "pg_cron ran CALL retention.run() within 90 s: {details:?}\n{}",
+        c.log()
+    );
+    assert_eq!(expired(&mut db, "outbox"), 0, "the scheduled run swept");
+    assert!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'run'"
+        ) > 0,
+        "and ledgered its run"
+    );
+}
