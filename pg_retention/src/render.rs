@@ -141,6 +141,27 @@ fn for_each_rendered(
     })
 }
 
+/// Column `col`'s attribute (0-based). PostgreSQL 18 keeps the attributes after a compact copy
+/// of them, reached through TupleDescAttr; before 18 they are the descriptor's array.
+///
+/// # Safety
+/// `tupdesc` is a live descriptor with more than `col` attributes.
+unsafe fn attribute(
+    tupdesc: pg_sys::TupleDesc,
+    col: usize,
+) -> Result<*const pg_sys::FormData_pg_attribute> {
+    #[cfg(feature = "pg18")]
+    {
+        let col = std::ffi::c_int::try_from(col)
+            .map_err(|_| RetentionError::Internal(format!("column {col} out of range")))?;
+        Ok(pg_sys::TupleDescAttr(tupdesc, col))
+    }
+    #[cfg(not(feature = "pg18"))]
+    {
+        Ok((*tupdesc).attrs.as_ptr().add(col))
+    }
+}
+
 /// Running least and greatest datum of one column, by its type's default btree comparison.
 struct Order {
     col: usize,
@@ -154,7 +175,7 @@ impl Order {
     /// # Safety
     /// `tupdesc` is a live descriptor with more than `col` attributes.
     unsafe fn new(tupdesc: pg_sys::TupleDesc, col: usize) -> Result<Order> {
-        let attr = (*tupdesc).attrs.as_ptr().add(col);
+        let attr = attribute(tupdesc, col)?;
         let tc =
             pg_sys::lookup_type_cache((*attr).atttypid, pg_sys::TYPECACHE_CMP_PROC_FINFO as i32);
         if tc.is_null() || (*tc).cmp_proc_finfo.fn_oid == pg_sys::Oid::INVALID {

@@ -1,4 +1,4 @@
-//! A throwaway PostgreSQL 15 cluster with pg_retention installed and preloaded, made by
+//! A throwaway PostgreSQL cluster (15, or 18 with `PG_MAJOR=18`) with pg_retention installed and preloaded, made by
 //! `scripts/cluster` (the fixture the benchmark and the demo use too).
 //!
 //! The cluster runs as the `postgres` OS user (Postgres refuses root) in a private directory
