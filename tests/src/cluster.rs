@@ -142,6 +142,14 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    /// Stops the server (fast shutdown); the directory stays until the value is dropped.
+    pub fn stop(&self) {
+        check(
+            "scripts/cluster stop",
+            fixture(&["stop", &self.dir.to_string_lossy(), "fast"], &[]),
+        );
+    }
+
     /// Reloads the configuration (SIGHUP to the postmaster).
     pub fn reload(&self) {
         self.execute("postgres", "SELECT pg_reload_conf()");

@@ -254,11 +254,28 @@ fn max_id(db: &mut Client, table: &str) -> i64 {
     )
 }
 
-#[test]
-fn a_dump_restored_into_a_new_database_keeps_policies_holds_archives_and_ids() {
-    let c = Cluster::start(&[]);
-    let dir = std::env::temp_dir().join(format!("pg-retention-dump-{}", c.port()));
-    let store = format!("file://{}", dir.display());
+/// What a database carried over (dump and restore, pg_upgrade) must still hold.
+struct Carried {
+    /// Expired outbox rows the hold protects.
+    held: i64,
+    /// Largest ids of policy_ids, hold_records, ledger_entries, archive_records.
+    ids: Vec<i64>,
+    /// Ledger entries.
+    ledger: i64,
+    /// The outbox table's oid.
+    outbox_oid: i64,
+}
+
+const CARRIED_TABLES: [&str; 4] = [
+    "policy_ids",
+    "hold_records",
+    "ledger_entries",
+    "archive_records",
+];
+
+/// Two policies, a hold protecting rows, a sweep and one archived batch, then rows that expire
+/// only now (after the carrying over the policies must find them).
+fn fill_for_carrying(c: &Cluster, store: &str) -> Carried {
     let mut src = c.connect("postgres");
     src.batch_execute(
         "CREATE TABLE outbox (id bigint PRIMARY KEY, tenant int NOT NULL, status text NOT NULL, created_at timestamptz NOT NULL);
@@ -273,7 +290,7 @@ fn a_dump_restored_into_a_new_database_keeps_policies_holds_archives_and_ids() {
     )
     .unwrap();
     src.batch_execute("CALL retention.run('outbox')").unwrap();
-    let o = Archiver::new(&c.url("postgres"), &store).run(&[
+    let o = Archiver::new(&c.url("postgres"), store).run(&[
         "once",
         "--batch-rows",
         "200",
@@ -281,7 +298,6 @@ fn a_dump_restored_into_a_new_database_keeps_policies_holds_archives_and_ids() {
         "1",
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    // Rows that expire only now, after the dump: the restored policies must find them.
     src.batch_execute(
         "INSERT INTO outbox SELECT g, g % 10, 'sent', now() - interval '45 days' FROM generate_series(3001, 3100) g",
     )
@@ -291,29 +307,90 @@ fn a_dump_restored_into_a_new_database_keeps_policies_holds_archives_and_ids() {
         "SELECT count(*) FROM outbox WHERE tenant = 7 AND created_at < now() - interval '30 days'",
     );
     assert!(held > 0);
-    let ids: Vec<i64> = [
-        "policy_ids",
-        "hold_records",
-        "ledger_entries",
-        "archive_records",
-    ]
-    .iter()
-    .map(|t| max_id(&mut src, t))
-    .collect();
-    let ledger = scalar(&mut src, "SELECT count(*) FROM retention.ledger");
+    Carried {
+        held,
+        ids: CARRIED_TABLES.iter().map(|t| max_id(&mut src, t)).collect(),
+        ledger: scalar(&mut src, "SELECT count(*) FROM retention.ledger"),
+        outbox_oid: scalar(&mut src, "SELECT 'outbox'::regclass::oid::bigint"),
+    }
+}
 
+/// In the carried-over database `url`: the policies name its tables, ledger and archive index
+/// are intact, a run deletes every expired row but the held ones, the archiver archives the
+/// rest and verifies the archive made before, and new ids continue after the carried ones.
+fn assert_carried(url: &str, store: &str, before: &Carried) {
+    let mut dst = Client::connect(url, postgres::NoTls).unwrap();
+    assert_eq!(
+        scalar(&mut dst, "SELECT count(*) FROM retention.policies p WHERE p.relation IN ('outbox'::regclass, 'audit'::regclass)"),
+        2,
+        "the policies name the tables of this database"
+    );
+    assert_eq!(
+        scalar(&mut dst, "SELECT count(*) FROM retention.ledger"),
+        before.ledger,
+        "the ledger is intact"
+    );
+    assert_eq!(
+        scalar(&mut dst, "SELECT count(*) FROM retention.archives"),
+        1,
+        "the archive index is intact"
+    );
+    dst.batch_execute("CALL retention.run('outbox')").unwrap();
+    assert_eq!(
+        scalar(
+            &mut dst,
+            "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days'"
+        ),
+        before.held,
+        "only the held rows are left"
+    );
+    assert!(
+        scalar(
+            &mut dst,
+            &format!("SELECT count(*) FROM retention.ledger WHERE method = 'prune' AND rows > 0 AND id > {}", before.ids[2])
+        ) > 0,
+        "the run is ledgered after the carried entries"
+    );
+    let a = Archiver::new(url, store);
+    let o = a.run(&["once"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(scalar(&mut dst, "SELECT count(*) FROM audit"), 0);
+    let o = a.run(&["verify", "--all"]);
+    assert!(o.status.success(), "{}", text(&o));
+    dst.batch_execute(
+        "SELECT retention.place_hold('audit', 'id = 1', 'case 2026-2', 'legal@example.com');
+         SELECT retention.add_policy(name => 'outbox2', relation => 'outbox', kind => 'age', age_column => 'created_at',
+                older_than => '60 days');",
+    )
+    .unwrap();
+    for (table, max) in CARRIED_TABLES.iter().zip(&before.ids) {
+        // Without the sequences carried over these inserts would collide with carried ids.
+        let new = scalar(
+            &mut dst,
+            &format!("SELECT count(*) FROM retention.{table} WHERE id > {max}"),
+        );
+        assert!(new > 0, "{table}: new rows after the carried ones");
+    }
+}
+
+#[test]
+fn a_dump_restored_into_a_new_database_keeps_policies_holds_archives_and_ids() {
+    let c = Cluster::start(&[]);
+    let dir = std::env::temp_dir().join(format!("pg-retention-dump-{}", c.port()));
+    let store = format!("file://{}", dir.display());
+    let before = fill_for_carrying(&c, &store);
     let dump = dir.with_extension("dump");
-    let url = c.url("postgres");
     client_program(
         "pg_dump",
-        &["-Fc", "-d", &url, "-f", &dump.to_string_lossy()],
+        &[
+            "-Fc",
+            "-d",
+            &c.url("postgres"),
+            "-f",
+            &dump.to_string_lossy(),
+        ],
     );
-    // A new database whose tables get other oids than the dumped ones.
     c.execute("postgres", "CREATE DATABASE restored");
-    c.execute(
-        "restored",
-        "CREATE TABLE filler (id int); DROP TABLE filler;",
-    );
     client_program(
         "pg_restore",
         &[
@@ -323,75 +400,150 @@ fn a_dump_restored_into_a_new_database_keeps_policies_holds_archives_and_ids() {
             &dump.to_string_lossy(),
         ],
     );
-
-    let mut dst = c.connect("restored");
-    assert_eq!(
-        scalar(&mut dst, "SELECT count(*) FROM retention.policies p WHERE p.relation = 'outbox'::regclass OR p.relation = 'audit'::regclass"),
-        2,
-        "the policies name the restored tables"
-    );
     assert_ne!(
-        scalar(&mut dst, "SELECT 'outbox'::regclass::oid::bigint"),
-        scalar(&mut src, "SELECT 'outbox'::regclass::oid::bigint"),
-        "the restored table has another oid, so this proves the names were resolved again"
-    );
-    assert_eq!(
-        scalar(&mut dst, "SELECT count(*) FROM retention.ledger"),
-        ledger,
-        "the ledger is intact"
-    );
-    assert_eq!(
-        scalar(&mut dst, "SELECT count(*) FROM retention.archives"),
-        1,
-        "the archive index is intact"
-    );
-    // The policies run; the restored hold still protects its rows.
-    dst.batch_execute("CALL retention.run('outbox')").unwrap();
-    assert_eq!(
         scalar(
-            &mut dst,
-            "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days'"
+            &mut c.connect("restored"),
+            "SELECT 'outbox'::regclass::oid::bigint"
         ),
-        held,
-        "only the held rows are left"
+        before.outbox_oid,
+        "the restored table has another oid, so the names were resolved again"
     );
-    assert!(
-        scalar(
-            &mut dst,
-            &format!("SELECT count(*) FROM retention.ledger WHERE method = 'prune' AND rows > 0 AND id > {}", ids[2])
-        ) > 0,
-        "the restored run is ledgered after the restored entries"
-    );
-    // The archiver goes on in the restored database and verifies the archive made before.
-    let a = Archiver::new(&c.url("restored"), &store);
-    let o = a.run(&["once"]);
-    assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(scalar(&mut dst, "SELECT count(*) FROM audit"), 0);
-    let o = a.run(&["verify", "--all"]);
-    assert!(o.status.success(), "{}", text(&o));
-    // New ids continue after the dumped ones.
-    dst.batch_execute(
-        "SELECT retention.place_hold('audit', 'id = 1', 'case 2026-2', 'legal@example.com');
-         SELECT retention.add_policy(name => 'outbox2', relation => 'outbox', kind => 'age', age_column => 'created_at',
-                older_than => '60 days');",
-    )
-    .unwrap();
-    for (table, before) in [
-        "policy_ids",
-        "hold_records",
-        "ledger_entries",
-        "archive_records",
-    ]
-    .iter()
-    .zip(&ids)
-    {
-        // Without the sequences in the dump these inserts would collide with restored ids.
-        let first_new = scalar(
-            &mut dst,
-            &format!("SELECT count(*) FROM retention.{table} WHERE id > {before}"),
-        );
-        assert!(first_new > 0, "{table}: new rows after the restore");
-    }
+    assert_carried(&c.url("restored"), &store, &before);
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_file(dump);
+}
+
+/// Runs `program` as the postgres OS user in `dir`, panicking with its output on failure.
+fn as_postgres(dir: &std::path::Path, program: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("runuser")
+        .args(["-u", "postgres", "--"])
+        .arg(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
+    assert!(
+        out.status.success(),
+        "{} {args:?}: {}{}",
+        program.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Stops the upgraded server when the test ends, passed or not.
+struct Upgraded<'a> {
+    pg_ctl: PathBuf,
+    data: &'a std::path::Path,
+}
+
+impl Drop for Upgraded<'_> {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(&self.pg_ctl)
+            .arg("-D")
+            .arg(self.data)
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+/// pg_upgrade from this suite's PostgreSQL 15 to 18 (both with pg_retention installed by
+/// scripts/test): table and role oids are kept, so the catalog comes through as it is.
+///
+/// Ignored here: pg_upgrade from Debian's 15.20 to PyPI's 18.6 fails for any database, with or
+/// without pg_retention (a one-column table suffices): 15.20 stores a `pg_attver` option on
+/// every column and 18.6 refuses it ("unrecognized parameter"). Run it with `--ignored` where
+/// the two builds agree.
+#[test]
+#[ignore = "Debian 15.20 -> PyPI 18.6 pg_upgrade fails for every database here (pg_attver column option)"]
+fn pg_upgrade_from_15_to_18_keeps_policies_holds_archives_and_ids() {
+    let new_bin = PathBuf::from(SCRATCH).join("pg18/bin");
+    assert!(
+        new_bin.join("pg_upgrade").exists(),
+        "PostgreSQL 18 is missing: run scripts/setup"
+    );
+    let c = Cluster::start(&[]);
+    let dir = c.socket_dir().to_path_buf();
+    let store = format!("file://{}", dir.join("archive").display());
+    let before = fill_for_carrying(&c, &store);
+    c.stop();
+    let old_bin = Cluster::program("postgres").parent().unwrap().to_path_buf();
+    let new_data = dir.join("data18");
+    as_postgres(
+        &dir,
+        &new_bin.join("initdb"),
+        &[
+            "-D",
+            &new_data.to_string_lossy(),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-data-checksums",
+        ],
+    );
+    let ports = pg_retention_integration::ports::free_ports(2);
+    as_postgres(
+        &dir,
+        &new_bin.join("pg_upgrade"),
+        &[
+            "-b",
+            &old_bin.to_string_lossy(),
+            "-B",
+            &new_bin.to_string_lossy(),
+            "-d",
+            &dir.join("data").to_string_lossy(),
+            "-D",
+            &new_data.to_string_lossy(),
+            "-p",
+            &ports[0].to_string(),
+            "-P",
+            &ports[1].to_string(),
+            "-s",
+            &dir.to_string_lossy(),
+        ],
+    );
+    let conf = format!(
+        "port = {}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\nshared_preload_libraries = 'pg_retention'\n",
+        ports[1],
+        dir.display()
+    );
+    let conf_path = new_data.join("postgresql.conf");
+    let mut text = std::fs::read_to_string(&conf_path).unwrap();
+    text.push_str(&conf);
+    std::fs::write(&conf_path, text).unwrap();
+    as_postgres(
+        &dir,
+        &new_bin.join("pg_ctl"),
+        &[
+            "-D",
+            &new_data.to_string_lossy(),
+            "-l",
+            &dir.join("server18.log").to_string_lossy(),
+            "-w",
+            "start",
+        ],
+    );
+    let _running = Upgraded {
+        pg_ctl: new_bin.join("pg_ctl"),
+        data: &new_data,
+    };
+    let url = format!(
+        "host=127.0.0.1 port={} user=postgres dbname=postgres",
+        ports[1]
+    );
+    let mut db = Client::connect(&url, postgres::NoTls).unwrap();
+    let version: String = db.query_one("SHOW server_version_num", &[]).unwrap().get(0);
+    assert!(version.starts_with("18"), "{version}");
+    assert_eq!(
+        scalar(&mut db, "SELECT 'outbox'::regclass::oid::bigint"),
+        before.outbox_oid,
+        "pg_upgrade keeps table oids"
+    );
+    assert_carried(&url, &store, &before);
 }
