@@ -54,14 +54,17 @@ CREATE FUNCTION retention.add_policy(
     min_keep int DEFAULT NULL,
     action text DEFAULT 'delete',
     batch_size int DEFAULT 5000,
-    max_rows_per_run bigint DEFAULT 1000000
+    max_rows_per_run bigint DEFAULT 1000000,
+    keep_floor int DEFAULT NULL,
+    window_floor interval DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
         'name', name, 'relation', relation::oid::bigint, 'kind', kind, 'age_column', age_column,
         'older_than', older_than::text, 'scope', scope, 'terminal', terminal, 'group_by', group_by,
         'order_by', order_by, 'keep', keep, 'min_keep', min_keep, 'action', action,
-        'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run)))::bigint;
+        'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run,
+        'keep_floor', keep_floor, 'window_floor', window_floor::text)))::bigint;
 $fn$;
 
 CREATE FUNCTION retention.alter_policy(
@@ -77,15 +80,26 @@ CREATE FUNCTION retention.alter_policy(
     min_keep int DEFAULT NULL,
     action text DEFAULT NULL,
     batch_size int DEFAULT NULL,
-    max_rows_per_run bigint DEFAULT NULL
+    max_rows_per_run bigint DEFAULT NULL,
+    keep_floor int DEFAULT NULL,
+    window_floor interval DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
         'name', name, 'kind', kind, 'age_column', age_column, 'older_than', older_than::text,
         'scope', scope, 'terminal', terminal, 'group_by', group_by, 'order_by', order_by,
         'keep', keep, 'min_keep', min_keep, 'action', action, 'batch_size', batch_size,
-        'max_rows_per_run', max_rows_per_run)))::bigint;
+        'max_rows_per_run', max_rows_per_run, 'keep_floor', keep_floor,
+        'window_floor', window_floor::text)))::bigint;
 $fn$;
+
+-- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
+-- '0 seconds': none), a new version of the policy and a 'lower_floor' ledger entry naming who
+-- and why. Raising goes through alter_policy; nothing else lowers a floor.
+CREATE FUNCTION retention.lower_floor(policy text, keep_floor int, window_floor interval, actor text, reason text)
+RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT retention._result(retention._lower_floor(policy, keep_floor, window_floor::text, actor, reason))::bigint $fn$;
 
 CREATE FUNCTION retention.enable_policy(name text) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -150,7 +164,8 @@ END
 $fn$;
 
 -- Policies in the order a run takes them: enabled delete-action policies, children before
--- parents (a table that references another is swept first), then by name.
+-- parents (a table that references another is swept first), then producers before their
+-- consumers (window links), then by name.
 CREATE FUNCTION retention._run_order(policy text) RETURNS TABLE (id bigint, name text)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     WITH RECURSIVE pol AS (
@@ -162,10 +177,21 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
         SELECT c.confrelid, up.depth + 1
           FROM up JOIN pg_constraint c ON c.contype = 'f' AND c.conrelid = up.rel AND c.confrelid <> c.conrelid
          WHERE up.depth < 32
+    ), downstream(id, depth) AS (
+        -- How many producers are upstream of a policy through window links: a producer (an
+        -- outbox) is swept before its consumer (the inbox that dedups its replays), so a run
+        -- that stops between them leaves the consumer's records longer, the safe direction.
+        SELECT id, 0 FROM pol
+        UNION ALL
+        SELECT l.consumer_id, downstream.depth + 1
+          FROM downstream JOIN retention.window_links l ON l.producer_id = downstream.id
+         WHERE downstream.depth < 32
     )
     SELECT pol.id, pol.name FROM pol
       LEFT JOIN (SELECT up.rel, max(up.depth) AS depth FROM up GROUP BY up.rel) d ON d.rel = pol.rel
-     ORDER BY coalesce(d.depth, 0), pol.name;
+      LEFT JOIN (SELECT downstream.id, max(downstream.depth) AS depth FROM downstream GROUP BY downstream.id) w
+             ON w.id = pol.id
+     ORDER BY coalesce(d.depth, 0), coalesce(w.depth, 0), pol.name;
 $fn$;
 
 -- The advisory-lock key of a policy: one pruner per policy, manual runs and workers alike.
@@ -546,8 +572,9 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA retention FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION retention.version() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval),
+    retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),
     retention.place_hold(regclass, text, text, text), retention.lift_hold(bigint, text, text),

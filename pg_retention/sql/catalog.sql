@@ -53,6 +53,11 @@ CREATE TABLE retention.policy_versions (
     -- The role the policy's predicates and deletes run as: whoever registered or last altered
     -- it (enable, disable and drop keep it).
     owner            regrole NOT NULL,
+    -- Floors: keep and min_keep never below keep_floor, older_than never below window_floor
+    -- (what readers display must stay readable). Raised by add/alter, lowered only by
+    -- retention.lower_floor, which ledgers who and why.
+    keep_floor       integer,
+    window_floor     interval,
     PRIMARY KEY (policy_id, version)
 );
 

@@ -46,6 +46,9 @@ UPDATE retention.hold_records h
 ALTER TABLE retention.hold_records ALTER COLUMN placed_by SET NOT NULL;
 ALTER TABLE retention.hold_records ENABLE TRIGGER append_only;
 
+-- Floors under keep / min_keep and older_than (none for existing policies).
+ALTER TABLE retention.policy_versions ADD COLUMN keep_floor integer, ADD COLUMN window_floor interval;
+
 -- Relations as regclass: a dump writes the name, a restore resolves it again (oid -> regclass
 -- is binary-coercible: no table rewrite).
 ALTER TABLE retention.policy_versions ALTER COLUMN relation TYPE regclass;
@@ -100,7 +103,7 @@ CREATE VIEW retention.policies AS
 SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_column,
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
-       v.owner::regrole AS owner
+       v.owner::regrole AS owner, v.keep_floor, v.window_floor
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -112,7 +115,7 @@ CREATE VIEW retention.policy_history AS
 SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v.age_column,
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
-       v.owner::regrole AS owner
+       v.owner::regrole AS owner, v.keep_floor, v.window_floor
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -314,7 +317,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_complete_batch_wrapper';
 
--- pg_retention/src/api/policy.rs:163
+-- pg_retention/src/api/policy.rs:318
 -- pg_retention::api::policy::_define_policy
 CREATE OR REPLACE FUNCTION "_define_policy"(
 	"change" TEXT, /* & str */
@@ -348,7 +351,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_fixpoint_eligible_wrapper';
 
--- pg_retention/src/api/hold.rs:134
+-- pg_retention/src/api/hold.rs:135
 -- pg_retention::api::hold::_hold_matches
 CREATE OR REPLACE FUNCTION "_hold_matches"(
 	"hold_id" bigint, /* i64 */
@@ -359,7 +362,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_hold_matches_wrapper';
 
--- pg_retention/src/api/hold.rs:84
+-- pg_retention/src/api/hold.rs:85
 -- pg_retention::api::hold::_lift_hold
 CREATE OR REPLACE FUNCTION "_lift_hold"(
 	"hold_id" bigint, /* i64 */
@@ -371,7 +374,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_lift_hold_wrapper';
 
--- pg_retention/src/api/policy.rs:232
+-- pg_retention/src/api/policy.rs:387
 -- pg_retention::api::policy::_link_windows
 CREATE OR REPLACE FUNCTION "_link_windows"(
 	"producer" TEXT, /* & str */
@@ -382,6 +385,20 @@ STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_link_windows_wrapper';
+
+-- pg_retention/src/api/policy.rs:297
+-- pg_retention::api::policy::_lower_floor
+CREATE OR REPLACE FUNCTION "_lower_floor"(
+	"policy" TEXT, /* Option < & str > */
+	"keep_floor" INT, /* Option < i32 > */
+	"window_floor" TEXT, /* Option < & str > */
+	"actor" TEXT, /* Option < & str > */
+	"reason" TEXT /* Option < & str > */
+) RETURNS jsonb /* pgrx :: JsonB */
+SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_lower_floor_wrapper';
 
 -- pg_retention/src/api/worker.rs:58
 -- pg_retention::api::worker::_overdue
@@ -394,7 +411,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_overdue_wrapper';
 
--- pg_retention/src/api/hold.rs:50
+-- pg_retention/src/api/hold.rs:51
 -- pg_retention::api::hold::_place_hold
 CREATE OR REPLACE FUNCTION "_place_hold"(
 	"relation" oid, /* pg_sys :: Oid */
@@ -407,7 +424,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_place_hold_wrapper';
 
--- pg_retention/src/api/hold.rs:92
+-- pg_retention/src/api/hold.rs:93
 -- pg_retention::api::hold::_predicate_problem
 CREATE OR REPLACE FUNCTION "_predicate_problem"(
 	"relation" oid, /* pg_sys :: Oid */
@@ -449,7 +466,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_set_latch_wrapper';
 
--- pg_retention/src/api/policy.rs:198
+-- pg_retention/src/api/policy.rs:353
 -- pg_retention::api::policy::_set_policy_state
 CREATE OR REPLACE FUNCTION "_set_policy_state"(
 	"name" TEXT, /* & str */
@@ -587,14 +604,17 @@ CREATE OR REPLACE FUNCTION retention.add_policy(
     min_keep int DEFAULT NULL,
     action text DEFAULT 'delete',
     batch_size int DEFAULT 5000,
-    max_rows_per_run bigint DEFAULT 1000000
+    max_rows_per_run bigint DEFAULT 1000000,
+    keep_floor int DEFAULT NULL,
+    window_floor interval DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
         'name', name, 'relation', relation::oid::bigint, 'kind', kind, 'age_column', age_column,
         'older_than', older_than::text, 'scope', scope, 'terminal', terminal, 'group_by', group_by,
         'order_by', order_by, 'keep', keep, 'min_keep', min_keep, 'action', action,
-        'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run)))::bigint;
+        'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run,
+        'keep_floor', keep_floor, 'window_floor', window_floor::text)))::bigint;
 $fn$;
 
 CREATE OR REPLACE FUNCTION retention.alter_policy(
@@ -610,15 +630,26 @@ CREATE OR REPLACE FUNCTION retention.alter_policy(
     min_keep int DEFAULT NULL,
     action text DEFAULT NULL,
     batch_size int DEFAULT NULL,
-    max_rows_per_run bigint DEFAULT NULL
+    max_rows_per_run bigint DEFAULT NULL,
+    keep_floor int DEFAULT NULL,
+    window_floor interval DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
         'name', name, 'kind', kind, 'age_column', age_column, 'older_than', older_than::text,
         'scope', scope, 'terminal', terminal, 'group_by', group_by, 'order_by', order_by,
         'keep', keep, 'min_keep', min_keep, 'action', action, 'batch_size', batch_size,
-        'max_rows_per_run', max_rows_per_run)))::bigint;
+        'max_rows_per_run', max_rows_per_run, 'keep_floor', keep_floor,
+        'window_floor', window_floor::text)))::bigint;
 $fn$;
+
+-- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
+-- '0 seconds': none), a new version of the policy and a 'lower_floor' ledger entry naming who
+-- and why. Raising goes through alter_policy; nothing else lowers a floor.
+CREATE OR REPLACE FUNCTION retention.lower_floor(policy text, keep_floor int, window_floor interval, actor text, reason text)
+RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT retention._result(retention._lower_floor(policy, keep_floor, window_floor::text, actor, reason))::bigint $fn$;
 
 CREATE OR REPLACE FUNCTION retention.enable_policy(name text) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -683,7 +714,8 @@ END
 $fn$;
 
 -- Policies in the order a run takes them: enabled delete-action policies, children before
--- parents (a table that references another is swept first), then by name.
+-- parents (a table that references another is swept first), then producers before their
+-- consumers (window links), then by name.
 CREATE OR REPLACE FUNCTION retention._run_order(policy text) RETURNS TABLE (id bigint, name text)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     WITH RECURSIVE pol AS (
@@ -695,10 +727,21 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
         SELECT c.confrelid, up.depth + 1
           FROM up JOIN pg_constraint c ON c.contype = 'f' AND c.conrelid = up.rel AND c.confrelid <> c.conrelid
          WHERE up.depth < 32
+    ), downstream(id, depth) AS (
+        -- How many producers are upstream of a policy through window links: a producer (an
+        -- outbox) is swept before its consumer (the inbox that dedups its replays), so a run
+        -- that stops between them leaves the consumer's records longer, the safe direction.
+        SELECT id, 0 FROM pol
+        UNION ALL
+        SELECT l.consumer_id, downstream.depth + 1
+          FROM downstream JOIN retention.window_links l ON l.producer_id = downstream.id
+         WHERE downstream.depth < 32
     )
     SELECT pol.id, pol.name FROM pol
       LEFT JOIN (SELECT up.rel, max(up.depth) AS depth FROM up GROUP BY up.rel) d ON d.rel = pol.rel
-     ORDER BY coalesce(d.depth, 0), pol.name;
+      LEFT JOIN (SELECT downstream.id, max(downstream.depth) AS depth FROM downstream GROUP BY downstream.id) w
+             ON w.id = pol.id
+     ORDER BY coalesce(d.depth, 0), coalesce(w.depth, 0), pol.name;
 $fn$;
 
 -- The advisory-lock key of a policy: one pruner per policy, manual runs and workers alike.
@@ -1079,8 +1122,9 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA retention FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION retention.version() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval),
+    retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),
     retention.place_hold(regclass, text, text, text), retention.lift_hold(bigint, text, text),

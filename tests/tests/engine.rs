@@ -562,6 +562,163 @@ fn foreign_key_added_mid_run_protects(by_index: bool) {
 }
 
 #[test]
+fn keep_below_the_floor_is_refused_and_lowering_the_floor_is_ledgered() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE runs (id int PRIMARY KEY, src int NOT NULL, at timestamptz NOT NULL);
+         CREATE TABLE feed (id int PRIMARY KEY, at timestamptz NOT NULL);
+         SELECT retention.add_policy(name => 'kl', relation => 'runs', kind => 'keep_latest', group_by => ARRAY['src'],
+                order_by => 'at', keep => 10, keep_floor => 5);
+         SELECT retention.add_policy(name => 'feed', relation => 'feed', kind => 'age', age_column => 'at',
+                older_than => '30 days', window_floor => '14 days');",
+    )
+    .unwrap();
+    let refused = |db: &mut Client, sql: &str, words: &str| {
+        let (state, message) = expect_error(db, sql);
+        assert_eq!(state, "22023", "{sql}: {message}");
+        assert!(message.contains(words), "{sql}: {message}");
+    };
+    refused(
+        &mut db,
+        "SELECT retention.alter_policy('kl', keep => 4)",
+        "below the policy's keep_floor 5",
+    );
+    refused(
+        &mut db,
+        "SELECT retention.alter_policy('feed', older_than => '7 days')",
+        "below the policy's window_floor 14 days",
+    );
+    refused(
+        &mut db,
+        "SELECT retention.add_policy(name => 'v', relation => 'runs', kind => 'versions', group_by => ARRAY['src'],
+                order_by => 'at', keep => 5, min_keep => 2, keep_floor => 3)",
+        "min_keep 2 is below the policy's keep_floor 3",
+    );
+    refused(
+        &mut db,
+        "SELECT retention.add_policy(name => 'k2', relation => 'runs', kind => 'keep_latest', group_by => ARRAY['src'],
+                order_by => 'at', keep => 5, min_keep => 2)",
+        "min_keep applies to versions policies",
+    );
+    // alter raises a floor, never lowers it.
+    refused(
+        &mut db,
+        "SELECT retention.alter_policy('kl', keep_floor => 3)",
+        "only lowered by retention.lower_floor",
+    );
+    refused(
+        &mut db,
+        "SELECT retention.alter_policy('feed', window_floor => '7 days')",
+        "only lowered by retention.lower_floor",
+    );
+    db.batch_execute("SELECT retention.alter_policy('kl', keep_floor => 8)")
+        .unwrap();
+    refused(
+        &mut db,
+        "SELECT retention.alter_policy('kl', keep => 7)",
+        "keep_floor 8",
+    );
+    // lower_floor lowers, with who and why, and nothing else.
+    refused(
+        &mut db,
+        "SELECT retention.lower_floor('kl', 9, NULL, 'dpo@example.com', 'ticket 9')",
+        "cannot raise keep_floor",
+    );
+    refused(
+        &mut db,
+        "SELECT retention.lower_floor('kl', 2, NULL, 'dpo@example.com', ' ')",
+        "reason must not be empty",
+    );
+    refused(
+        &mut db,
+        "SELECT retention.lower_floor('kl', NULL, '1 day', 'dpo@example.com', 'x')",
+        "no window_floor to lower",
+    );
+    db.batch_execute(
+        "SELECT retention.lower_floor('kl', 2, NULL, 'dpo@example.com', 'ticket 9');
+         SELECT retention.lower_floor('feed', NULL, '0 seconds', 'dpo@example.com', 'ticket 10');",
+    )
+    .unwrap();
+    let (actor, detail): (String, String) = db
+        .query_one(
+            "SELECT actor, detail::text FROM retention.ledger WHERE method = 'lower_floor' AND policy = 'kl'",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap();
+    let detail: serde_json::Value = serde_json::from_str(&detail).unwrap();
+    assert_eq!(actor, "dpo@example.com");
+    assert_eq!(
+        detail["keep_floor"],
+        serde_json::json!({ "from": 8, "to": 2 })
+    );
+    assert_eq!(detail["reason"], "ticket 9");
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM retention.policies WHERE name = 'kl' AND keep_floor = 2"
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM retention.policies WHERE name = 'feed' AND window_floor IS NULL"
+        ),
+        1,
+        "a zero window_floor removes the floor"
+    );
+    db.batch_execute(
+        "SELECT retention.alter_policy('kl', keep => 4);
+         SELECT retention.alter_policy('feed', older_than => '7 days');",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_linked_producer_is_swept_before_its_consumer() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    // By name the inbox would go first; the link puts the outbox (the producer) first.
+    db.batch_execute(
+        "CREATE TABLE outbox (id int PRIMARY KEY, at timestamptz NOT NULL);
+         CREATE TABLE inbox (id int PRIMARY KEY, at timestamptz NOT NULL);
+         CREATE TABLE zlog (id int PRIMARY KEY, at timestamptz NOT NULL);
+         INSERT INTO outbox SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
+         INSERT INTO inbox SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
+         INSERT INTO zlog SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
+         SELECT retention.add_policy(name => 'inbox', relation => 'inbox', kind => 'age', age_column => 'at', older_than => '31 days');
+         SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age', age_column => 'at', older_than => '30 days');
+         SELECT retention.add_policy(name => 'zlog', relation => 'zlog', kind => 'age', age_column => 'at', older_than => '40 days');
+         SELECT retention.link_windows('outbox', 'inbox', '1 day');
+         -- a chain: the inbox feeds a log that must outlive it
+         SELECT retention.link_windows('inbox', 'zlog', '1 day');",
+    )
+    .unwrap();
+    let order: Vec<String> = db
+        .query("SELECT name FROM retention._run_order(NULL)", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(order, vec!["outbox", "inbox", "zlog"]);
+    db.batch_execute("CALL retention.run()").unwrap();
+    // The ledger shows the order: each policy's run entry after its producer's.
+    let ledgered: Vec<String> = db
+        .query(
+            "SELECT policy FROM retention.ledger WHERE method = 'run' ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ledgered, vec!["outbox", "inbox", "zlog"]);
+    assert_eq!(count(&mut db, "SELECT (SELECT count(*) FROM outbox) + (SELECT count(*) FROM inbox) + (SELECT count(*) FROM zlog)"), 0);
+}
+
+#[test]
 fn referenced_parent_rows_survive_and_children_run_first() {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");

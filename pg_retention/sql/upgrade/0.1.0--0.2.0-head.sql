@@ -46,6 +46,9 @@ UPDATE retention.hold_records h
 ALTER TABLE retention.hold_records ALTER COLUMN placed_by SET NOT NULL;
 ALTER TABLE retention.hold_records ENABLE TRIGGER append_only;
 
+-- Floors under keep / min_keep and older_than (none for existing policies).
+ALTER TABLE retention.policy_versions ADD COLUMN keep_floor integer, ADD COLUMN window_floor interval;
+
 -- Relations as regclass: a dump writes the name, a restore resolves it again (oid -> regclass
 -- is binary-coercible: no table rewrite).
 ALTER TABLE retention.policy_versions ALTER COLUMN relation TYPE regclass;

@@ -7,11 +7,12 @@ use crate::error::{outcome, OrReport, Result, RetentionError};
 use pgrx::prelude::*;
 use serde_json::json;
 
-fn non_empty(value: &str, what: &str) -> Result<()> {
+/// Refuses an empty `actor` or `reason`: holds and floor changes record who and why.
+pub(crate) fn non_empty(value: &str, what: &str) -> Result<()> {
     if value.trim().is_empty() {
         return Err(RetentionError::invalid(
             format!("{what} must not be empty"),
-            format!("A hold records who and why; {what} was empty."),
+            format!("The ledger records who and why; {what} was empty."),
             format!("Pass a {what}."),
         ));
     }

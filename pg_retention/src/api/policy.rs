@@ -1,13 +1,16 @@
 //! Policy definitions: add, alter, enable, disable, drop, and window links.
 
+use crate::api::hold::non_empty;
 use crate::catalog::link;
 use crate::catalog::policy::{append_version, check_names};
 use crate::catalog::{caller, caller_oid, Action, Change, Policy, PolicySpec, RelationInfo};
-use crate::engine::validate::{interval_sign, validate};
+use crate::catalog::{LedgerEntry, LedgerMethod};
+use crate::engine::validate::{interval_compare, interval_sign, validate};
 use crate::error::{outcome, returned_nothing, OrReport, Result, RetentionError};
 use crate::guard;
 use pgrx::prelude::*;
-use serde_json::Value;
+use serde_json::{json, Value};
+use std::cmp::Ordering;
 
 /// Merges the non-null fields of `changes` over `base` (alter semantics). An empty string
 /// clears a text field.
@@ -141,6 +144,7 @@ fn define(change: &str, spec: Value) -> Result<i64> {
     }
     let current = Policy::by_name(&name)?;
     let spec = merge(&current.spec, &spec)?;
+    refuse_lowered_floors(&current.spec, &spec)?;
     let rel = validate(&spec)?;
     check_class(Some(current.id), &spec, &rel)?;
     check_links(current.id, &spec)?;
@@ -157,6 +161,157 @@ fn define(change: &str, spec: Value) -> Result<i64> {
         guard::remove(current.id, current.relation)?;
     }
     Ok(current.id)
+}
+
+fn floor_lowered(name: &str, from: &str, to: Option<String>) -> RetentionError {
+    RetentionError::invalid(
+        format!("{name} is only lowered by retention.lower_floor"),
+        format!(
+            "The policy's {name} is {from}; the change would make it {}.",
+            to.unwrap_or_else(|| "none".into())
+        ),
+        "Call retention.lower_floor(policy, keep_floor, window_floor, actor, reason): it is ledgered.",
+    )
+}
+
+/// alter_policy raises floors but never lowers or clears one.
+fn refuse_lowered_floors(current: &PolicySpec, next: &PolicySpec) -> Result<()> {
+    if let Some(old) = current.keep_floor {
+        if next.keep_floor.is_none_or(|n| n < old) {
+            return Err(floor_lowered(
+                "keep_floor",
+                &old.to_string(),
+                next.keep_floor.map(|n| n.to_string()),
+            ));
+        }
+    }
+    if let Some(old) = &current.window_floor {
+        let lowered = match &next.window_floor {
+            None => true,
+            Some(n) => interval_compare(n, old)? == Ordering::Less,
+        };
+        if lowered {
+            return Err(floor_lowered(
+                "window_floor",
+                old,
+                next.window_floor.clone(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The floor after lowering `current` to `to` (0 or a zero interval: no floor), refusing a raise.
+fn lowered<T: Clone + std::fmt::Display>(
+    name: &str,
+    current: &Option<T>,
+    to: Option<T>,
+    order: impl Fn(&T, &T) -> Result<Ordering>,
+    is_zero: impl Fn(&T) -> Result<bool>,
+) -> Result<Option<T>> {
+    let Some(to) = to else {
+        return Ok(current.clone());
+    };
+    let Some(from) = current else {
+        return Err(RetentionError::invalid(
+            format!("the policy has no {name} to lower"),
+            format!("{name} is not set on this policy."),
+            "Set a floor with add_policy or alter_policy.",
+        ));
+    };
+    if order(&to, from)? == Ordering::Greater {
+        return Err(RetentionError::invalid(
+            format!("lower_floor cannot raise {name} from {from} to {to}"),
+            "lower_floor only lowers floors.",
+            format!("Raise {name} with retention.alter_policy."),
+        ));
+    }
+    Ok(if is_zero(&to)? { None } else { Some(to) })
+}
+
+fn lower_floor(
+    policy: &str,
+    keep_floor: Option<i32>,
+    window_floor: Option<String>,
+    actor: &str,
+    reason: &str,
+) -> Result<i64> {
+    non_empty(actor, "actor")?;
+    non_empty(reason, "reason")?;
+    if keep_floor.is_none() && window_floor.is_none() {
+        return Err(RetentionError::NullArgument("keep_floor or window_floor"));
+    }
+    if keep_floor.is_some_and(|k| k < 0)
+        || window_floor.as_deref().map(interval_sign).transpose()? == Some(Ordering::Less)
+    {
+        return Err(RetentionError::invalid(
+            "a floor cannot be negative",
+            format!("keep_floor = {keep_floor:?}, window_floor = {window_floor:?}."),
+            "Pass 0 (or '0 seconds') to remove a floor.",
+        ));
+    }
+    let current = Policy::by_name(policy)?;
+    let mut spec = current.spec.clone();
+    spec.keep_floor = lowered(
+        "keep_floor",
+        &current.keep_floor,
+        keep_floor,
+        |a, b| Ok(a.cmp(b)),
+        |k| Ok(*k == 0),
+    )?;
+    spec.window_floor = lowered(
+        "window_floor",
+        &current.window_floor,
+        window_floor,
+        |a, b| interval_compare(a, b),
+        |w| Ok(interval_sign(w)? == Ordering::Equal),
+    )?;
+    append_version(
+        current.id,
+        &spec,
+        &current.relation_name,
+        Change::Alter,
+        current.owner,
+    )?;
+    let updated = Policy::by_name(policy)?;
+    LedgerEntry {
+        method: LedgerMethod::LowerFloor,
+        policy: Some(&updated),
+        relation: None,
+        rows: 0,
+        hold_ids: vec![],
+        actor,
+        run_id: None,
+        detail: json!({
+            "keep_floor": { "from": current.keep_floor, "to": spec.keep_floor },
+            "window_floor": { "from": current.window_floor, "to": spec.window_floor },
+            "reason": reason,
+            "by": caller(),
+        }),
+    }
+    .append()?;
+    Ok(current.id)
+}
+
+/// Lowers a policy's floors (a new version and a `lower_floor` ledger entry); returns its id.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _lower_floor(
+    policy: Option<&str>,
+    keep_floor: Option<i32>,
+    window_floor: Option<&str>,
+    actor: Option<&str>,
+    reason: Option<&str>,
+) -> pgrx::JsonB {
+    outcome((|| {
+        lower_floor(
+            policy.ok_or(RetentionError::NullArgument("policy"))?,
+            keep_floor,
+            window_floor.map(str::to_owned),
+            actor.ok_or(RetentionError::NullArgument("actor"))?,
+            reason.ok_or(RetentionError::NullArgument("reason"))?,
+        )
+    })())
 }
 
 /// Adds (`change = 'add'`) or alters (`'alter'`) a policy from a JSON definition; returns its id.

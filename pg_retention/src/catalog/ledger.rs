@@ -50,6 +50,8 @@ pub enum LedgerMethod {
     Release,
     /// An archive batch whose lease ran out.
     LeaseExpired,
+    /// A policy's keep or window floor lowered.
+    LowerFloor,
 }
 
 impl LedgerMethod {
@@ -67,6 +69,7 @@ impl LedgerMethod {
             LedgerMethod::Resume => "resume",
             LedgerMethod::Release => "release",
             LedgerMethod::LeaseExpired => "lease_expired",
+            LedgerMethod::LowerFloor => "lower_floor",
         }
     }
 }

@@ -188,6 +188,12 @@ pub struct PolicySpec {
     pub batch_size: i32,
     /// Rows per run.
     pub max_rows_per_run: i64,
+    /// Floor under `keep` and `min_keep`.
+    #[serde(default)]
+    pub keep_floor: Option<i32>,
+    /// Floor under `older_than`, as interval text.
+    #[serde(default)]
+    pub window_floor: Option<String>,
     /// Whether sweeps run it.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -225,7 +231,7 @@ impl std::ops::Deref for Policy {
 /// and the columns of `retention.policy_versions`. The statements below are built from this
 /// list; `a_policy_field_has_one_definition` fails when the SQL surface, the spec or the
 /// catalog disagree with it.
-pub const FIELDS: [(&str, &str); 12] = [
+pub const FIELDS: [(&str, &str); 14] = [
     ("kind", "text"),
     ("age_column", "text"),
     ("older_than", "interval"),
@@ -238,6 +244,8 @@ pub const FIELDS: [(&str, &str); 12] = [
     ("action", "text"),
     ("batch_size", "integer"),
     ("max_rows_per_run", "bigint"),
+    ("keep_floor", "integer"),
+    ("window_floor", "interval"),
 ];
 
 /// `v.<field>` for each field, as [`PolicySpec`] reads it (intervals as text).
@@ -475,6 +483,8 @@ mod tests {
             action: Action::Delete,
             batch_size: 1,
             max_rows_per_run: 1,
+            keep_floor: None,
+            window_floor: None,
             enabled: true,
         };
         let keys: Vec<String> = serde_json::to_value(&spec)

@@ -57,9 +57,14 @@ fn owns_table(role: u32, relation: u32) -> Result<bool> {
 
 /// How an interval (text) compares with zero, by Postgres's own interval comparison.
 pub fn interval_sign(value: &str) -> Result<Ordering> {
+    interval_compare(value, "0")
+}
+
+/// How interval `a` compares with interval `b` (text), by Postgres's own interval comparison.
+pub fn interval_compare(a: &str, b: &str) -> Result<Ordering> {
     let sign = Spi::get_one_with_args::<i32>(
-        "SELECT CASE WHEN $1::interval > interval '0' THEN 1 WHEN $1::interval < interval '0' THEN -1 ELSE 0 END",
-        &[value.into()],
+        "SELECT CASE WHEN $1::interval > $2::interval THEN 1 WHEN $1::interval < $2::interval THEN -1 ELSE 0 END",
+        &[a.into(), b.into()],
     )?;
     Ok(crate::error::present(sign, "an interval comparison")?.cmp(&0))
 }
@@ -149,6 +154,14 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
             ));
         }
     }
+    if kind == Kind::KeepLatest && spec.min_keep.is_some() {
+        return Err(RetentionError::invalid(
+            "min_keep applies to versions policies, not keep_latest",
+            "keep_latest keeps exactly keep rows per group; min_keep would mean nothing there.",
+            "Drop min_keep, or use kind => 'versions' (keep versions, at least min_keep past the window).",
+        ));
+    }
+    check_floors(spec)?;
     if let Some(min_keep) = spec.min_keep {
         if min_keep < 0 || spec.keep.is_some_and(|k| min_keep > k) {
             return Err(RetentionError::invalid(
@@ -221,4 +234,45 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         ));
     }
     Ok(rel)
+}
+
+/// Refuses a keep or min_keep below `keep_floor` and an older_than below `window_floor`.
+fn check_floors(spec: &PolicySpec) -> Result<()> {
+    if let Some(floor) = spec.keep_floor {
+        if floor < 0 {
+            return Err(RetentionError::invalid(
+                format!("keep_floor must not be negative, got {floor}"),
+                "A floor is a number of rows or versions kept.",
+                "Use keep_floor => 0 or more.",
+            ));
+        }
+        for (field, value) in [("keep", spec.keep), ("min_keep", spec.min_keep)] {
+            if let Some(v) = value.filter(|v| *v < floor) {
+                return Err(RetentionError::invalid(
+                    format!("{field} {v} is below the policy's keep_floor {floor}"),
+                    format!("keep_floor = {floor}: readers display at least that much history."),
+                    "Keep at least the floor, or lower it first with retention.lower_floor (ledgered).",
+                ));
+            }
+        }
+    }
+    if let Some(floor) = &spec.window_floor {
+        if interval_sign(floor)? == Ordering::Less {
+            return Err(RetentionError::invalid(
+                format!("window_floor must not be negative, got {floor}"),
+                "A floor is the shortest window readers rely on.",
+                "Use an interval such as '30 days'.",
+            ));
+        }
+        if let Some(window) = &spec.older_than {
+            if interval_compare(window, floor)? == Ordering::Less {
+                return Err(RetentionError::invalid(
+                    format!("older_than {window} is below the policy's window_floor {floor}"),
+                    format!("window_floor = {floor}: readers rely on at least that window."),
+                    "Use a window at or above the floor, or lower it first with retention.lower_floor (ledgered).",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
