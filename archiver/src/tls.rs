@@ -224,19 +224,19 @@ impl TlsOptions {
                 if self.mode == SslMode::VerifyCa { "verify-ca" } else { "verify-full" }
             )));
         }
-        let verifier: Arc<dyn ServerCertVerifier> = match roots {
-            None => Arc::new(EncryptOnly(provider.clone())),
-            Some(store) => {
-                let webpki =
-                    WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider.clone())
-                        .build()
-                        .map_err(|e| Error::Config(format!("TLS roots: {e}")))?;
-                Arc::new(ChainVerifier {
-                    webpki,
-                    check_name: self.mode == SslMode::VerifyFull,
-                })
-            }
+        let chain = match roots {
+            None => None,
+            Some(store) => Some(
+                WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider.clone())
+                    .build()
+                    .map_err(|e| Error::Config(format!("TLS roots: {e}")))?,
+            ),
         };
+        let verifier = Arc::new(ServerCheck {
+            provider: provider.clone(),
+            chain,
+            check_name: self.mode == SslMode::VerifyFull,
+        });
         let builder = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| Error::Config(format!("TLS: {e}")))?
@@ -295,65 +295,19 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
     Ok(certs)
 }
 
-/// `prefer`/`require` without roots: encrypted, the peer's identity unchecked (as libpq does).
-/// Handshake signatures are still verified, so the session key belongs to the certificate sent.
+/// What is checked of the server's certificate. Without roots (`prefer`/`require`, as libpq):
+/// nothing, the session is only encrypted. With roots: the chain, and the host name for
+/// `verify-full` (webpki checks the chain before the name, so a name error means the chain was
+/// good). Handshake signatures are always verified, so the session key belongs to the
+/// certificate sent.
 #[derive(Debug)]
-struct EncryptOnly(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for EncryptOnly {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// The chain checked against the roots; the host name only for `verify-full`. webpki checks
-/// the chain before the name, so a name error means the chain itself was good.
-#[derive(Debug)]
-struct ChainVerifier {
-    webpki: Arc<WebPkiServerVerifier>,
+struct ServerCheck {
+    provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
     check_name: bool,
 }
 
-impl ServerCertVerifier for ChainVerifier {
+impl ServerCertVerifier for ServerCheck {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -362,10 +316,10 @@ impl ServerCertVerifier for ChainVerifier {
         ocsp: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self
-            .webpki
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) if !self.check_name => Ok(ServerCertVerified::assertion()),
@@ -379,7 +333,12 @@ impl ServerCertVerifier for ChainVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls12_signature(message, cert, dss)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -388,11 +347,18 @@ impl ServerCertVerifier for ChainVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(message, cert, dss)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.webpki.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
