@@ -30,6 +30,37 @@ pub fn expect_error(db: &mut postgres::Client, sql: &str) -> (String, String) {
     }
 }
 
+/// A command running `program` as the postgres OS user (PostgreSQL refuses root).
+pub fn as_postgres(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    let mut c = std::process::Command::new("runuser");
+    c.args(["-u", "postgres", "--"]).arg(program);
+    c
+}
+
+/// Runs `command` to completion, panicking with the command and its output unless it succeeds.
+pub fn succeed(command: &mut std::process::Command) -> std::process::Output {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("run {command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Stops the server of data directory `data` at once with `pg_ctl` (as postgres); a server that
+/// is already down is fine.
+pub fn stop_server(pg_ctl: &std::path::Path, data: &std::path::Path) {
+    let _ = as_postgres(pg_ctl)
+        .arg("-D")
+        .arg(data)
+        .args(["-m", "immediate", "-w", "stop"])
+        .output();
+}
+
 /// One bigint from a query.
 pub fn scalar(db: &mut postgres::Client, sql: &str) -> i64 {
     db.query_one(sql, &[])

@@ -2,6 +2,7 @@
 //! nothing but TLS with a client certificate.
 
 use crate::cluster::{Cluster, SCRATCH};
+use crate::succeed;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -24,11 +25,13 @@ impl Certs {
         ));
         std::fs::create_dir_all(&dir).expect("certificate directory");
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/make-certs");
-        run(Command::new("bash").arg(script).arg(&dir));
+        succeed(Command::new("bash").arg(script).arg(&dir));
         // The server reads its key as postgres and refuses one others can read (0600 already).
-        run(Command::new("chown")
-            .args(["-R", "postgres:postgres"])
-            .arg(&dir));
+        succeed(
+            Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir),
+        );
         Certs { dir }
     }
 
@@ -42,15 +45,6 @@ impl Drop for Certs {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn run(c: &mut Command) {
-    let out = c.output().expect("run a certificate step");
-    assert!(
-        out.status.success(),
-        "{c:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// A cluster with `ssl = on` whose `pg_hba.conf` accepts TCP only over TLS with a client

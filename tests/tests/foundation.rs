@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use object_store::{path::Path, ObjectStore, PutMode, PutOptions, PutPayload};
-use pg_retention_integration::{Cluster, Seaweed};
+use pg_retention_integration::{as_postgres, stop_server, succeed, Cluster, Seaweed};
 
 #[test]
 fn preloaded_cluster_exposes_settings_and_version() {
@@ -109,18 +109,16 @@ fn the_postgres_images_entry_point_preloads_listens_and_requires_a_password() {
         &script,
     )
     .unwrap();
-    assert!(Command::new("chown")
-        .args(["-R", "postgres:postgres"])
-        .arg(&dir)
-        .status()
-        .unwrap()
-        .success());
+    succeed(
+        Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&dir),
+    );
     let bin = Cluster::program("postgres");
     let path = format!("{}:/usr/bin:/bin", bin.parent().unwrap().display());
     let data = dir.join("data");
     let password = "it's a secret";
-    let mut server = Command::new("runuser")
-        .args(["-u", "postgres", "--", "env"])
+    let mut server = as_postgres("env")
         .arg(format!("PATH={path}"))
         .arg(format!("PGDATA={}", data.display()))
         .arg(format!("POSTGRES_PASSWORD={password}"))
@@ -143,15 +141,7 @@ fn the_postgres_images_entry_point_preloads_listens_and_requires_a_password() {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let stop = || {
-        let _ = Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(Cluster::program("pg_ctl"))
-            .arg("-D")
-            .arg(&data)
-            .args(["-m", "immediate", "-w", "stop"])
-            .output();
-    };
+    let stop = || stop_server(&Cluster::program("pg_ctl"), &data);
     let Some(mut db) = connected else {
         stop();
         let _ = server.kill();

@@ -7,7 +7,7 @@
 
 use pg_retention_integration::archiver::{text, Archiver};
 use pg_retention_integration::cluster::SCRATCH;
-use pg_retention_integration::{scalar, Cluster};
+use pg_retention_integration::{as_postgres, scalar, stop_server, succeed, Cluster};
 use postgres::Client;
 use std::path::PathBuf;
 
@@ -234,16 +234,7 @@ fn an_upgraded_0_1_0_database_keeps_every_row_works_and_equals_a_fresh_install()
 
 /// Runs a PostgreSQL client program against the cluster, panicking with its output on failure.
 fn client_program(name: &str, args: &[&str]) {
-    let out = std::process::Command::new(Cluster::program(name))
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run {name}: {e}"));
-    assert!(
-        out.status.success(),
-        "{name} {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeed(std::process::Command::new(Cluster::program(name)).args(args));
 }
 
 /// The largest id of a catalog table.
@@ -414,21 +405,8 @@ fn a_dump_restored_into_a_new_database_keeps_policies_holds_archives_and_ids() {
 }
 
 /// Runs `program` as the postgres OS user in `dir`, panicking with its output on failure.
-fn as_postgres(dir: &std::path::Path, program: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("runuser")
-        .args(["-u", "postgres", "--"])
-        .arg(program)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
-    assert!(
-        out.status.success(),
-        "{} {args:?}: {}{}",
-        program.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+fn run_as_postgres(dir: &std::path::Path, program: &std::path::Path, args: &[&str]) {
+    succeed(as_postgres(program).args(args).current_dir(dir));
 }
 
 /// Stops the upgraded server when the test ends, passed or not.
@@ -439,13 +417,7 @@ struct Upgraded<'a> {
 
 impl Drop for Upgraded<'_> {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("runuser")
-            .args(["-u", "postgres", "--"])
-            .arg(&self.pg_ctl)
-            .arg("-D")
-            .arg(self.data)
-            .args(["-m", "immediate", "-w", "stop"])
-            .output();
+        stop_server(&self.pg_ctl, self.data);
     }
 }
 
@@ -471,7 +443,7 @@ fn pg_upgrade_from_15_to_18_keeps_policies_holds_archives_and_ids() {
     c.stop();
     let old_bin = Cluster::program("postgres").parent().unwrap().to_path_buf();
     let new_data = dir.join("data18");
-    as_postgres(
+    run_as_postgres(
         &dir,
         &new_bin.join("initdb"),
         &[
@@ -488,7 +460,7 @@ fn pg_upgrade_from_15_to_18_keeps_policies_holds_archives_and_ids() {
         ],
     );
     let ports = pg_retention_integration::ports::free_ports(2);
-    as_postgres(
+    run_as_postgres(
         &dir,
         &new_bin.join("pg_upgrade"),
         &[
@@ -517,7 +489,7 @@ fn pg_upgrade_from_15_to_18_keeps_policies_holds_archives_and_ids() {
     let mut text = std::fs::read_to_string(&conf_path).unwrap();
     text.push_str(&conf);
     std::fs::write(&conf_path, text).unwrap();
-    as_postgres(
+    run_as_postgres(
         &dir,
         &new_bin.join("pg_ctl"),
         &[
