@@ -7,7 +7,7 @@
 //! also when the test panics.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -22,24 +22,13 @@ pub struct Cluster {
     port: u16,
 }
 
-/// Runs `scripts/cluster` (the fixture the benchmark and the demo use too).
-fn fixture(args: &[&str], conf: &[String]) -> Output {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/cluster");
-    Command::new("bash")
-        .arg(&script)
+/// `scripts/cluster` with `args` (the fixture the benchmark and the demo use too).
+fn fixture(args: &[&str], conf: &[String]) -> Command {
+    let mut c = Command::new("bash");
+    c.arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/cluster"))
         .args(args)
-        .args(conf)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()))
-}
-
-fn check(what: &str, out: Output) {
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .args(conf);
+    c
 }
 
 impl Cluster {
@@ -69,10 +58,10 @@ impl Cluster {
             "log_min_messages = info".to_owned(),
         ];
         conf.extend(settings.iter().map(|s| (*s).to_owned()));
-        check(
-            "scripts/cluster start",
-            fixture(&["start", &dir.to_string_lossy(), &port.to_string()], &conf),
-        );
+        crate::succeed(&mut fixture(
+            &["start", &dir.to_string_lossy(), &port.to_string()],
+            &conf,
+        ));
         Cluster { dir, port }
     }
 
@@ -144,10 +133,10 @@ impl Cluster {
 
     /// Stops the server (fast shutdown); the directory stays until the value is dropped.
     pub fn stop(&self) {
-        check(
-            "scripts/cluster stop",
-            fixture(&["stop", &self.dir.to_string_lossy(), "fast"], &[]),
-        );
+        crate::succeed(&mut fixture(
+            &["stop", &self.dir.to_string_lossy(), "fast"],
+            &[],
+        ));
     }
 
     /// Reloads the configuration (SIGHUP to the postmaster).
@@ -183,7 +172,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = fixture(&["stop", &self.dir.to_string_lossy(), "immediate"], &[]);
+        let _ = fixture(&["stop", &self.dir.to_string_lossy(), "immediate"], &[]).output();
         if std::env::var_os("PG_RETENTION_KEEP_CLUSTER").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
