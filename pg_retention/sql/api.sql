@@ -484,11 +484,22 @@ BEGIN
 END
 $fn$;
 
--- How many holds a table has ever had: the hold fence of the delete statements, which run as
--- a policy's owner and cannot read the catalog themselves.
+-- The tables that share rows with a table: itself, the partitioned tables it is a partition of,
+-- and, for a partitioned table, every partition under it. Holds on any of them reach its rows
+-- (a hold on a partition protects that partition's rows), foreign keys to any of them guard
+-- them, and policies on any of them govern them.
+CREATE FUNCTION retention._tree_of(relation oid) RETURNS SETOF oid
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT _tree_of.relation
+        UNION SELECT a.relid FROM pg_partition_ancestors(_tree_of.relation) a
+        UNION SELECT t.relid FROM pg_partition_tree(_tree_of.relation) t $fn$;
+
+-- How many holds have ever reached a table's rows: the hold fence of the delete statements,
+-- which run as a policy's owner and cannot read the catalog themselves.
 CREATE FUNCTION retention._hold_count(relation oid) RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT count(*) FROM retention.hold_records h WHERE h.relation = _hold_count.relation $fn$;
+AS $fn$ SELECT count(*) FROM retention.hold_records h
+         WHERE h.relation::oid IN (SELECT retention._tree_of(_hold_count.relation)) $fn$;
 
 -- The archive protocol. Each wrapper pins the settings that shape text output, so a batch's
 -- rows render to the same bytes in batch_frames and complete_batch whatever the session says.
@@ -578,7 +589,8 @@ GRANT EXECUTE ON FUNCTION
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),
     retention.place_hold(regclass, text, text, text), retention.lift_hold(bigint, text, text),
-    retention.preview(text), retention.replay_floor(text), retention.check_replay(text, timestamptz),
+    retention.preview(text), retention.preview_partitions(text),
+    retention.replay_floor(text), retention.check_replay(text, timestamptz),
     retention._run_order(text), retention._lock_key(bigint), retention._sweep_start(bigint, text, bigint),
     retention._sweep_step_safe(jsonb), retention._sweep_step(jsonb), retention._sweep_failed(jsonb, text, text),
     retention._sweep_finish(jsonb), retention._ledger_skip_locked(bigint, text),

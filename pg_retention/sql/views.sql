@@ -41,14 +41,16 @@ SELECT p.name AS policy,
        CASE WHEN err.at IS NOT NULL AND (agg.last_success_at IS NULL OR err.at > agg.last_success_at)
             THEN err.message END AS last_error,
        coalesce(agg.skipped_locked, 0)::bigint AS skipped_locked,
-       lastrun.backlog
+       lastrun.backlog,
+       coalesce(agg.partitions_dropped_total, 0)::bigint AS partitions_dropped_total
 FROM retention.policies p
 LEFT JOIN LATERAL (
-    SELECT sum(l.rows) FILTER (WHERE l.method = 'prune') AS rows_pruned_total,
+    SELECT sum(l.rows) FILTER (WHERE l.method IN ('prune', 'drop_partition')) AS rows_pruned_total,
            count(*) FILTER (WHERE l.method = 'prune') AS batches_total,
            max(l.at) FILTER (WHERE l.method = 'run') AS last_run_at,
            max(l.at) FILTER (WHERE l.method = 'run' AND l.detail->>'outcome' = 'ok') AS last_success_at,
-           count(*) FILTER (WHERE l.method = 'skip_locked') AS skipped_locked
+           count(*) FILTER (WHERE l.method = 'skip_locked') AS skipped_locked,
+           count(*) FILTER (WHERE l.method = 'drop_partition') AS partitions_dropped_total
     FROM retention.ledger_entries l WHERE l.policy_id = p.id
 ) agg ON true
 LEFT JOIN LATERAL (

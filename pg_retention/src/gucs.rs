@@ -16,6 +16,10 @@ static NAPTIME_S: GucSetting<i32> = GucSetting::<i32>::new(3600);
 static JITTER: GucSetting<f64> = GucSetting::<f64>::new(0.1);
 /// `pg_retention.max_rows_per_cycle` (rows, default 1,000,000): the cycle cap.
 static MAX_ROWS_PER_CYCLE: GucSetting<i32> = GucSetting::<i32>::new(1_000_000);
+/// `pg_retention.drop_lock_timeout` (milliseconds, default 50): how long retiring a whole
+/// partition waits for its locks (the partitioned table's ACCESS EXCLUSIVE among them) before
+/// it gives up until the next run, so writers queue behind it for at most this long.
+static DROP_LOCK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(50);
 /// `pg_retention.role` (role name, default empty = bootstrap superuser): the role the worker
 /// connects as.
 static ROLE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
@@ -68,6 +72,16 @@ pub fn init() {
         GucContext::Sighup,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"pg_retention.drop_lock_timeout",
+        c"How long retiring a whole partition waits for its locks.",
+        c"A partition whose locks are not granted in time is skipped (ledgered) and retried next run.",
+        &DROP_LOCK_TIMEOUT_MS,
+        1,
+        60_000,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
     GucRegistry::define_string_guc(
         c"pg_retention.role",
         c"Role the pg_retention worker acts as.",
@@ -112,6 +126,11 @@ pub fn jitter() -> f64 {
 /// The cycle cap in rows.
 pub fn max_rows_per_cycle() -> i64 {
     i64::from(MAX_ROWS_PER_CYCLE.get())
+}
+
+/// The lock timeout of a whole-partition drop, in milliseconds.
+pub fn drop_lock_timeout_ms() -> i32 {
+    DROP_LOCK_TIMEOUT_MS.get()
 }
 
 /// The role the worker acts as, if set.

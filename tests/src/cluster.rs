@@ -124,6 +124,12 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("connect to {db}: {e}"))
     }
 
+    /// A new client connection to `db` as `role`.
+    pub fn connect_as(&self, db: &str, role: &str) -> postgres::Client {
+        postgres::Client::connect(&format!("{} user={role}", self.url(db)), postgres::NoTls)
+            .unwrap_or_else(|e| panic!("connect to {db} as {role}: {e}"))
+    }
+
     /// Runs one or more statements in `db`, panicking on error.
     pub fn execute(&self, db: &str, sql: &str) {
         self.connect(db)

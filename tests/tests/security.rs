@@ -11,11 +11,7 @@ use std::time::Duration;
 
 /// A connection as `role`.
 fn connect_as(c: &Cluster, role: &str) -> Client {
-    Client::connect(
-        &format!("{} user={role}", c.url("postgres")),
-        postgres::NoTls,
-    )
-    .unwrap_or_else(|e| panic!("connect as {role}: {e}"))
+    c.connect_as("postgres", role)
 }
 
 /// The attacker and a victim table owned by the superuser.

@@ -80,7 +80,8 @@ fn ensure_link(
 }
 
 /// One table, one class: refuses a definition whose action differs from that of another live
-/// policy on the same table (a delete policy could remove audit rows before they are archived).
+/// policy on the same rows — the same table, a partitioned table above it or a partition below
+/// it (a delete policy could remove audit rows before they are archived).
 fn check_class(policy_id: Option<i64>, spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
     match Policy::other_class(rel.oid, policy_id, spec.action)? {
         None => Ok(()),

@@ -1,12 +1,13 @@
 //! `retention.preview(policy)`.
 
-use crate::catalog::{query_json, Policy};
-use crate::engine::preview::preview as preview_one;
+use crate::catalog::{active_holds, query_json, Policy, RelationInfo};
+use crate::engine::preview::{partitions_to_drop, preview as preview_one};
 use crate::error::{returned_nothing, OrReport, Result};
 use pgrx::prelude::*;
 
-/// policy, eligible, held, hold_ids, would_delete, backlog, archive_bytes_estimate
-type PreviewRow = (String, i64, i64, Vec<i64>, i64, i64, Option<i64>);
+/// policy, eligible, held, hold_ids, would_delete, backlog, archive_bytes_estimate,
+/// partitions_to_drop
+type PreviewRow = (String, i64, i64, Vec<i64>, i64, i64, Option<i64>, i64);
 
 fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
     let names: Vec<String> = match policy {
@@ -28,6 +29,7 @@ fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
             p.would_delete,
             p.backlog,
             p.archive_bytes_estimate,
+            p.partitions_to_drop,
         ));
     }
     Ok(rows)
@@ -50,7 +52,39 @@ fn preview(
         name!(would_delete, i64),
         name!(backlog, i64),
         name!(archive_bytes_estimate, Option<i64>),
+        name!(partitions_to_drop, i64),
     ),
 > {
     TableIterator::new(previews(policy).or_report())
+}
+
+/// partition, bound, rows, proof
+type PartitionRow = (String, String, i64, String);
+
+fn partition_drops(policy: &str) -> Result<Vec<PartitionRow>> {
+    let policy = Policy::by_name(policy)?;
+    let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    let holds = active_holds(policy.relation)?;
+    partitions_to_drop(&policy, &rel, &holds)?
+        .into_iter()
+        .map(|d| Ok((d.partition, d.bound, d.rows, d.proof.as_str().to_owned())))
+        .collect()
+}
+
+/// The partitions the next run of `policy` would drop whole, with their bounds, rows and why
+/// every row is eligible (`range_bound` or `every_row`).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn preview_partitions(
+    policy: &str,
+) -> TableIterator<
+    'static,
+    (
+        name!(partition, String),
+        name!(bound, String),
+        name!(rows, i64),
+        name!(proof, String),
+    ),
+> {
+    TableIterator::new(partition_drops(policy).or_report())
 }

@@ -5,7 +5,7 @@ use crate::catalog::query_json;
 use crate::error::{returned_nothing, Result, RetentionError};
 use pgrx::prelude::*;
 
-/// An active legal hold on a relation.
+/// An active legal hold whose reach includes a governed table's rows.
 #[derive(Debug, Clone, serde::Deserialize)]
 pub struct Hold {
     /// Hold id.
@@ -14,21 +14,42 @@ pub struct Hold {
     pub predicate: String,
     /// The role that placed it: the predicate runs with its privileges.
     pub placer: u32,
+    /// The held table, quoted and qualified: the table itself, a partitioned table above it,
+    /// or a partition below it.
+    pub relation: String,
+    /// The held table's columns in attribute order (a row of it is built from them).
+    pub columns: Vec<String>,
+    /// None when the hold covers every row of the governed table (placed on it or above it);
+    /// for a hold placed on a partition below it, the leaves it covers.
+    pub leaves: Option<Vec<u32>>,
 }
 
-/// The holds in force on `relation` right now.
+/// The holds in force on the rows of `relation` right now: its own, those of the partitioned
+/// tables above it, and those of the partitions below it (`retention._tree_of`).
 pub fn active_holds(relation: u32) -> Result<Vec<Hold>> {
     let holds: Option<Vec<Hold>> = query_json(
-        "SELECT coalesce(jsonb_agg(jsonb_build_object('id', h.id, 'predicate', h.predicate, 'placer', h.placed_by::bigint) ORDER BY h.id), '[]')
+        "SELECT coalesce(jsonb_agg(jsonb_build_object(
+                    'id', h.id, 'predicate', h.predicate, 'placer', h.placed_by::bigint,
+                    'relation', format('%I.%I', n.nspname, c.relname),
+                    'columns', (SELECT jsonb_agg(a.attname ORDER BY a.attnum) FROM pg_catalog.pg_attribute a
+                                 WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped),
+                    'leaves', CASE WHEN c.oid = $1::bigint::oid
+                                     OR c.oid IN (SELECT a.relid FROM pg_catalog.pg_partition_ancestors($1::bigint::oid) a)
+                                   THEN NULL
+                                   ELSE (SELECT coalesce(jsonb_agg(t.relid::bigint), '[]')
+                                           FROM pg_catalog.pg_partition_tree(c.oid) t WHERE t.isleaf)
+                              END) ORDER BY h.id), '[]')
            FROM retention.hold_records h
-          WHERE h.relation = $1::bigint::oid
+           JOIN pg_catalog.pg_class c ON c.oid = h.relation
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+          WHERE h.relation::oid IN (SELECT retention._tree_of($1::bigint::oid))
             AND NOT EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = h.id)",
         &[i64::from(relation).into()],
     )?;
     holds.ok_or_else(|| returned_nothing("reading holds"))
 }
 
-/// How many hold records a table had when its holds were read. A delete statement that adds
+/// How many hold records reached a table's rows when its holds were read. A delete statement that adds
 /// `AND NOT <tripped()>` deletes nothing when its own snapshot sees a hold placed after the
 /// read, so a hold committed while a batch is being prepared still wins.
 #[derive(Debug, Clone)]
@@ -41,7 +62,7 @@ impl HoldFence {
     /// Counts the table's hold records, then reads its active holds (in that order).
     pub fn read(relation: u32) -> Result<(HoldFence, Vec<Hold>)> {
         let seen = Spi::get_one_with_args::<i64>(
-            "SELECT count(*) FROM retention.hold_records WHERE relation = $1::bigint::oid",
+            "SELECT retention._hold_count($1::bigint::oid)",
             &[i64::from(relation).into()],
         )?
         .ok_or_else(|| returned_nothing("counting hold records"))?;

@@ -52,6 +52,10 @@ pub enum LedgerMethod {
     LeaseExpired,
     /// A policy's keep or window floor lowered.
     LowerFloor,
+    /// A whole partition dropped, every row of it eligible.
+    DropPartition,
+    /// A whole-partition drop put off: its locks were not granted in time.
+    DropSkipped,
 }
 
 impl LedgerMethod {
@@ -70,6 +74,8 @@ impl LedgerMethod {
             LedgerMethod::Release => "release",
             LedgerMethod::LeaseExpired => "lease_expired",
             LedgerMethod::LowerFloor => "lower_floor",
+            LedgerMethod::DropPartition => "drop_partition",
+            LedgerMethod::DropSkipped => "drop_skipped",
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod batch;
 pub mod hold;
 pub mod ledger;
 pub mod link;
+pub mod partition;
 pub mod policy;
 pub mod prepared;
 pub mod relation;
@@ -17,6 +18,7 @@ pub mod worker_state;
 pub use batch::{ArchiveRecord, Batch, BatchState, KeyRange, NewBatch, Texts};
 pub use hold::{active_holds, Hold, HoldFence};
 pub use ledger::{LedgerEntry, LedgerMethod};
+pub use partition::Leaf;
 pub use policy::{Action, Change, Kind, Policy, PolicySpec};
 pub use relation::RelationInfo;
 

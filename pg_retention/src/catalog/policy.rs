@@ -320,7 +320,8 @@ impl Policy {
         let other: Option<Other> = query_json(
             "SELECT to_jsonb(x) FROM (
                  SELECT p.name, p.action FROM retention.policies p
-                  WHERE p.relation::oid = $1::bigint::oid AND p.id IS DISTINCT FROM $2 AND p.action <> $3
+                  WHERE p.relation::oid IN (SELECT retention._tree_of($1::bigint::oid))
+                    AND p.id IS DISTINCT FROM $2 AND p.action <> $3
                   ORDER BY p.name LIMIT 1) x",
             &[
                 i64::from(relation).into(),
@@ -351,10 +352,12 @@ const FINGERPRINT: &str = "
 SELECT concat_ws('|', p.dropped_at IS NULL, v.version, v.enabled, c.xmin,
          (SELECT string_agg(con.oid || ':' || child.xmin, ',' ORDER BY con.oid)
             FROM pg_catalog.pg_constraint con JOIN pg_catalog.pg_class child ON child.oid = con.conrelid
-           WHERE con.confrelid = c.oid AND con.contype = 'f'),
-         (SELECT count(*) FROM retention.hold_records h WHERE h.relation = v.relation),
+           WHERE con.confrelid IN (SELECT retention._tree_of(c.oid)) AND con.contype = 'f'),
+         (SELECT string_agg(t.relid::oid || ':' || tc.xmin, ',' ORDER BY t.relid)
+            FROM pg_catalog.pg_partition_tree(c.oid) t JOIN pg_catalog.pg_class tc ON tc.oid = t.relid),
+         retention._hold_count(c.oid),
          (SELECT count(*) FROM retention.hold_lifts l JOIN retention.hold_records h ON h.id = l.hold_id
-           WHERE h.relation = v.relation))
+           WHERE h.relation::oid IN (SELECT retention._tree_of(c.oid))))
   FROM retention.policy_ids p
  CROSS JOIN LATERAL (SELECT pv.version, pv.enabled, pv.relation FROM retention.policy_versions pv
                       WHERE pv.policy_id = p.id ORDER BY pv.version DESC LIMIT 1) v

@@ -15,7 +15,9 @@ pub struct Column {
     pub type_name: String,
 }
 
-/// A foreign key from another table (or this one) that references this table.
+/// A foreign key from another table (or this one) that references this table, a partitioned
+/// table it is a partition of, or a partition of it: only the constraint as declared, not the
+/// copies PostgreSQL keeps per partition (the referencing table is read with its partitions).
 #[derive(Debug, Clone, Deserialize)]
 pub struct Reference {
     /// Referencing table, quoted and always schema-qualified.
@@ -68,9 +70,11 @@ SELECT jsonb_build_object(
                                          JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum),
                         'parent_cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord)
                                           FROM unnest(con.confkey) WITH ORDINALITY k(attnum, ord)
-                                          JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = k.attnum))
+                                          JOIN pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.attnum))
                         ORDER BY con.oid), '[]')
-                        FROM pg_constraint con WHERE con.contype = 'f' AND con.confrelid = c.oid))
+                        FROM pg_constraint con
+                       WHERE con.contype = 'f' AND con.conparentid = 0
+                         AND con.confrelid IN (SELECT retention._tree_of(c.oid))))
   FROM pg_class c WHERE c.oid = $1::bigint::oid";
 
 /// The table with oid `oid` (named `name` for messages) is gone.

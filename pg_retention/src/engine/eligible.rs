@@ -6,7 +6,7 @@
 //! block range; ranked kinds (`keep_latest`, `versions`) rank the whole table and then walk the
 //! ranked rows forward. `entity` policies are selected and deleted a whole group at a time.
 
-use crate::catalog::{prepared, Hold, Kind, Policy, PolicySpec, RelationInfo};
+use crate::catalog::{prepared, Hold, Kind, Leaf, Policy, PolicySpec, RelationInfo};
 use crate::error::{present, Result, RetentionError};
 use crate::sql_text::{ident, literal, predicate};
 use pgrx::prelude::*;
@@ -86,6 +86,8 @@ pub struct Eligibility<'a> {
     age: Option<String>,
     /// The newest-first order column, quoted (ranked kinds only).
     order: Option<String>,
+    /// The leaf a step works on, for a partitioned table (None: the whole table).
+    leaf: Option<&'a Leaf>,
 }
 
 /// The quoted age and order columns of `policy`, refusing a policy whose kind needs one it
@@ -146,7 +148,48 @@ impl<'a> Eligibility<'a> {
             cutoff,
             age,
             order,
+            leaf: None,
         })
+    }
+
+    /// The same builder for the steps on one leaf of a partitioned table: statements delete
+    /// from that leaf alone, while ranks and groups are still taken over the whole table.
+    pub fn on_leaf(mut self, leaf: &'a Leaf) -> Self {
+        if self.partitioned() {
+            self.leaf = Some(leaf);
+        }
+        self
+    }
+
+    /// Whether the governed table is partitioned (its rows live in its leaves).
+    pub fn partitioned(&self) -> bool {
+        self.rel.relkind == "p"
+    }
+
+    /// What reads of the whole governed table scan: the table alone, or a partitioned table
+    /// with its partitions.
+    fn source(&self) -> String {
+        if self.partitioned() {
+            self.rel.qualified.clone()
+        } else {
+            format!("ONLY {}", self.rel.qualified)
+        }
+    }
+
+    /// What an `entity` step deletes from: a group's rows may lie in several leaves, and a
+    /// group goes whole.
+    pub fn group_target(&self) -> String {
+        self.source()
+    }
+
+    /// The `__rel` output column of [`Eligibility::rows`] (the row's leaf), for partitioned
+    /// tables only.
+    fn rel_column(&self) -> &'static str {
+        if self.partitioned() {
+            "t.tableoid AS __rel, "
+        } else {
+            ""
+        }
     }
 
     /// `now() - older_than` for the current transaction as a value, for the statement parameter
@@ -188,7 +231,7 @@ impl<'a> Eligibility<'a> {
         let filters: Vec<String> = self
             .holds
             .iter()
-            .map(|h| format!("count(*) FILTER (WHERE {})", self.hold_match(h)))
+            .map(|h| format!("count(*) FILTER (WHERE {})", self.hold_match(h, "e.__rel")))
             .collect();
         let sql = format!(
             "SELECT ARRAY[{}]::bigint[] FROM ({}) e",
@@ -199,18 +242,23 @@ impl<'a> Eligibility<'a> {
         Ok(self.holds.iter().map(|h| h.id).zip(counts).collect())
     }
 
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        self.policy
+    }
+
     /// The policy kind.
     pub fn kind(&self) -> Kind {
         self.kind
     }
 
-    /// The table, quoted and qualified.
+    /// The table statements delete from (with ONLY): the governed table, or the step's leaf.
     pub fn table(&self) -> &str {
-        &self.rel.qualified
+        self.leaf.map_or(&self.rel.qualified, |l| &l.qualified)
     }
 
     /// `now() - older_than` as SQL, or None for policies without a window.
-    fn cutoff(&self) -> Option<String> {
+    pub fn cutoff(&self) -> Option<String> {
         self.cutoff.clone()
     }
 
@@ -250,8 +298,9 @@ impl<'a> Eligibility<'a> {
         }
     }
 
-    /// True when the row (columns unqualified) matches an active hold.
-    pub fn held(&self) -> Option<String> {
+    /// True when the row (columns unqualified, its leaf's oid in `leaf_oid`) matches an
+    /// active hold.
+    fn held(&self, leaf_oid: &str) -> Option<String> {
         if self.holds.is_empty() {
             return None;
         }
@@ -259,7 +308,7 @@ impl<'a> Eligibility<'a> {
             "({})",
             self.holds
                 .iter()
-                .map(|h| self.hold_match(h))
+                .map(|h| self.hold_match(h, leaf_oid))
                 .collect::<Vec<_>>()
                 .join(" OR ")
         ))
@@ -268,18 +317,39 @@ impl<'a> Eligibility<'a> {
     /// True when the row matches hold `h`, evaluated with the privileges of its placer. The
     /// statement runs as the policy's owner: a hold the owner placed is inlined; any other goes
     /// through `retention._hold_matches`, which evaluates it row by row as its placer (slower,
-    /// and only ever for the rows the policy already made eligible).
-    pub fn hold_match(&self, h: &Hold) -> String {
-        if h.placer == self.policy.owner {
-            return predicate(&h.predicate);
+    /// and only ever for the rows the policy already made eligible). A hold placed on a
+    /// partition below the governed table matches only rows whose leaf (`leaf_oid`, SQL) it
+    /// covers.
+    fn hold_match(&self, h: &Hold, leaf_oid: &str) -> String {
+        let matches = if h.placer == self.policy.owner {
+            predicate(&h.predicate)
+        } else {
+            let columns: Vec<String> = h.columns.iter().map(|c| ident(c)).collect();
+            format!(
+                "retention._hold_matches({}, ROW({})::{})",
+                h.id,
+                columns.join(", "),
+                h.relation
+            )
+        };
+        match &h.leaves {
+            None => matches,
+            Some(leaves) => {
+                let oids: Vec<String> = leaves.iter().map(u32::to_string).collect();
+                format!(
+                    "({leaf_oid} = ANY ('{{{}}}'::oid[]) AND {matches})",
+                    oids.join(",")
+                )
+            }
         }
-        let columns: Vec<String> = self.rel.columns.iter().map(|c| ident(&c.name)).collect();
-        format!(
-            "retention._hold_matches({}, ROW({})::{})",
-            h.id,
-            columns.join(", "),
-            self.rel.qualified
-        )
+    }
+
+    /// The holds in force on the rows of `leaf`.
+    pub fn holds_on(&self, leaf: &Leaf) -> impl Iterator<Item = &Hold> {
+        let oid = leaf.oid;
+        self.holds
+            .iter()
+            .filter(move |h| h.leaves.as_ref().is_none_or(|l| l.contains(&oid)))
     }
 
     /// True when the row, addressed as `alias`, is referenced by a foreign key.
@@ -305,10 +375,10 @@ impl<'a> Eligibility<'a> {
         Some(format!("({})", parts.join(" OR ")))
     }
 
-    fn guard_filter(&self, guards: Guards, alias: &str) -> String {
+    fn guard_filter(&self, guards: Guards, alias: &str, leaf_oid: &str) -> String {
         let mut f = Vec::new();
         if guards.holds {
-            if let Some(h) = self.held() {
+            if let Some(h) = self.held(leaf_oid) {
                 f.push(format!("NOT {h}"));
             }
         }
@@ -336,11 +406,15 @@ impl<'a> Eligibility<'a> {
 
     /// The eligible rows (`__ctid` plus the table's columns) under `guards`.
     pub fn rows(&self, guards: Guards) -> String {
-        let table = self.table();
+        let rel = self.rel_column();
         match self.kind {
             Kind::Age => format!(
-                "SELECT t.ctid AS __ctid, t.* FROM ONLY {table} t WHERE {}",
-                self.age_predicate(guards)
+                "SELECT t.ctid AS __ctid, {rel}t.* FROM {from} t WHERE {}",
+                self.age_predicate(guards),
+                from = match self.leaf {
+                    Some(leaf) => format!("ONLY {}", leaf.qualified),
+                    None => self.source(),
+                },
             ),
             Kind::KeepLatest | Kind::Versions => {
                 let keep = self.policy.keep.unwrap_or(i32::MAX);
@@ -352,26 +426,33 @@ impl<'a> Eligibility<'a> {
                     ),
                     _ => format!("r.__rn > {keep}"),
                 };
+                // Ranks over the whole table; a step keeps its leaf's rows.
+                let in_leaf = self
+                    .leaf
+                    .map(|l| format!(" AND r.__rel = {}", l.oid))
+                    .unwrap_or_default();
                 format!(
                     "SELECT r.* FROM (
-                        SELECT t.ctid AS __ctid, t.*, {terminal} AS __terminal,
+                        SELECT t.ctid AS __ctid, {rel}t.*, {terminal} AS __terminal,
                                row_number() OVER (PARTITION BY {groups} ORDER BY {order}) AS __rn
-                          FROM ONLY {table} t WHERE {scope} AND {not_null}) r
-                      WHERE r.__terminal AND {rank_rule} AND {guard}",
+                          FROM {source} t WHERE {scope} AND {not_null}) r
+                      WHERE r.__terminal AND {rank_rule} AND {guard}{in_leaf}",
                     terminal = self.terminal(),
                     groups = self.group_cols().join(", "),
                     order = self.newest_first(),
+                    source = self.source(),
                     scope = self.scope(),
                     not_null = self.group_not_null(),
-                    guard = self.guard_filter(guards, "r"),
+                    guard = self.guard_filter(guards, "r", "r.__rel"),
                 )
             }
             Kind::Entity => {
                 let on = self.entity_join();
                 format!(
-                    "SELECT t.ctid AS __ctid, t.* FROM ONLY {table} t
+                    "SELECT t.ctid AS __ctid, {rel}t.* FROM {source} t
                        JOIN ({groups_sql}) g ON {on}
                       WHERE {scope}",
+                    source = self.source(),
                     groups_sql = self.entity_groups(guards),
                     scope = self.scope(),
                 )
@@ -386,7 +467,7 @@ impl<'a> Eligibility<'a> {
         format!(
             "{} AND {}",
             age_condition(self.policy, self.age(), &cutoff),
-            self.guard_filter(guards, "t"),
+            self.guard_filter(guards, "t", "t.tableoid"),
         )
     }
 
@@ -401,10 +482,18 @@ impl<'a> Eligibility<'a> {
             format!("bool_and({})", self.terminal()),
         ];
         if guards.holds {
-            if let Some(h) = self.held() {
+            if let Some(h) = self.held("t.tableoid") {
                 having.push(format!("NOT bool_or({h})"));
             }
         }
+        // On a leaf: the groups with rows in it, in the order of their first row there.
+        let first = match self.leaf {
+            Some(leaf) => {
+                having.push(format!("bool_or(t.tableoid = {})", leaf.oid));
+                format!("min(t.ctid) FILTER (WHERE t.tableoid = {})", leaf.oid)
+            }
+            None => "min(t.ctid)".into(),
+        };
         if guards.references {
             if let Some(r) = self.referenced("t") {
                 having.push(format!("NOT bool_or({r})"));
@@ -417,10 +506,10 @@ impl<'a> Eligibility<'a> {
             .collect::<Vec<_>>()
             .join(", ");
         format!(
-            "SELECT {groups}, min(t.ctid) AS __first, count(*) AS __n
-               FROM ONLY {table} t WHERE {scope} AND {not_null}
+            "SELECT {groups}, {first} AS __first, count(*) AS __n
+               FROM {source} t WHERE {scope} AND {not_null}
               GROUP BY {groups} HAVING {having}",
-            table = self.table(),
+            source = self.source(),
             scope = self.scope(),
             not_null = self.group_not_null(),
             having = having.join(" AND "),

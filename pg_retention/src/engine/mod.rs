@@ -5,6 +5,7 @@ pub mod eligible;
 pub mod predicate;
 pub mod preview;
 pub mod quota;
+pub mod retire;
 pub mod run_context;
 pub mod sweep;
 pub mod validate;

@@ -1,8 +1,9 @@
 //! Preview: what the next run of a policy would do, computed with the same eligibility SQL the
 //! sweep uses, so that with no writes in between the run deletes exactly `would_delete` rows.
 
-use crate::catalog::{active_holds, Action, Kind, Policy, RelationInfo};
+use crate::catalog::{active_holds, partition, Action, Hold, Kind, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
+use crate::engine::retire::{whole_leaf, Proof};
 use crate::error::{present, Result};
 use pgrx::prelude::*;
 
@@ -23,6 +24,65 @@ pub struct Preview {
     pub backlog: i64,
     /// Estimated slice bytes for the deletable rows, from real frames of a sample (archive policies only).
     pub archive_bytes_estimate: Option<i64>,
+    /// Partitions the next run would drop whole (their rows are part of `would_delete`).
+    pub partitions_to_drop: i64,
+}
+
+/// A partition the next run would drop whole.
+#[derive(Debug, Clone)]
+pub struct PartitionDrop {
+    /// The partition, quoted and qualified.
+    pub partition: String,
+    /// Its bound as PostgreSQL prints it.
+    pub bound: String,
+    /// Its rows.
+    pub rows: i64,
+    /// Why every row of it is eligible.
+    pub proof: Proof,
+}
+
+/// The partitions the next run of `policy` would drop whole, in the order the run takes its
+/// leaves, each within what the run's cap has left after the leaves before it.
+pub fn partitions_to_drop(
+    policy: &Policy,
+    rel: &RelationInfo,
+    holds: &[Hold],
+) -> Result<Vec<PartitionDrop>> {
+    if rel.relkind != "p"
+        || policy.kind != Kind::Age
+        || policy.action != Action::Delete
+        || !policy.enabled
+    {
+        return Ok(vec![]);
+    }
+    let mut budget = policy.max_rows_per_run;
+    let mut drops = Vec::new();
+    for leaf in partition::leaves(rel.oid, policy.age_column.as_deref())? {
+        if budget <= 0 {
+            break;
+        }
+        let elig = Eligibility::new(policy, rel, holds)?.on_leaf(&leaf);
+        if let Some(proof) = whole_leaf(&elig, rel, &leaf)? {
+            let rows = elig.as_owner(|| {
+                present(
+                    Spi::get_one::<i64>(&format!("SELECT count(*) FROM ONLY {}", leaf.qualified))?,
+                    "count(*)",
+                )
+            })?;
+            if rows <= budget {
+                budget -= rows;
+                drops.push(PartitionDrop {
+                    partition: leaf.qualified.clone(),
+                    bound: leaf.bound.clone(),
+                    rows,
+                    proof,
+                });
+                continue;
+            }
+        }
+        budget -= elig.count(Guards::ALL)?.min(budget);
+    }
+    Ok(drops)
 }
 
 /// Previews one policy.
@@ -55,6 +115,7 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
     } else {
         deletable.min(policy.max_rows_per_run)
     };
+    let partitions_to_drop = partitions_to_drop(policy, &rel, &holds)?.len() as i64;
     let archive_bytes_estimate = if archive {
         Some(estimate_archive_bytes(&elig, &rel, deletable)?)
     } else {
@@ -68,6 +129,7 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
         would_delete,
         backlog: deletable - would_delete,
         archive_bytes_estimate,
+        partitions_to_drop,
     })
 }
 

@@ -101,15 +101,25 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         ));
     }
     let rel = RelationInfo::load(spec.relation, &format!("oid {}", spec.relation))?;
-    if rel.relkind != "r" {
+    if rel.relkind != "r" && rel.relkind != "p" {
         return Err(RetentionError::invalid(
-            format!("{} is not a plain table", rel.qualified),
+            format!("{} is not a table", rel.qualified),
             format!(
-                "relkind is '{}'; pg_retention governs ordinary tables.",
+                "relkind is '{}'; pg_retention governs ordinary and partitioned tables.",
                 rel.relkind
             ),
-            "Register a policy per partition, or on the table itself.",
+            "Register the policy on the table that holds the rows.",
         ));
+    }
+    if rel.relkind == "p" && spec.action == Action::ArchiveThenDelete {
+        return Err(RetentionError::NotSupported {
+            message: format!(
+                "archive_then_delete policies on a partitioned table ({}) are not supported yet",
+                rel.qualified
+            ),
+            detail: "Archive batches are claimed and pruned by row address within one table.".into(),
+            hint: "Register the archive policy on each partition, or use a delete policy on the partitioned table.".into(),
+        });
     }
     if rel.pk.is_empty() {
         return Err(RetentionError::NoPrimaryKey {

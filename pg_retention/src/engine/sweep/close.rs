@@ -77,6 +77,7 @@ pub fn finish(state: SweepState) -> Result<SweepState> {
             "reason": state.reason,
             "batches": state.steps,
             "deleted": state.deleted,
+            "partitions_dropped": state.dropped,
             "backlog": backlog,
             "held": hold_detail,
         }),

@@ -6,6 +6,10 @@
 //! `start` → `step`* → `finish`, with `failed` when a step raised an error. Each step plans
 //! and deletes in one statement (`statements.rs`), so the eligibility predicate, the holds in
 //! force and the foreign-key guard are evaluated when the step executes.
+//!
+//! On a partitioned table a run sweeps its leaves one after another (those there when the run
+//! starts); an `age` run first tries to retire each leaf whole (`engine/retire.rs`) and sweeps
+//! its rows only when it cannot.
 
 mod close;
 mod plan;
@@ -15,10 +19,13 @@ pub use close::{failed, finish};
 use plan::{has_age_index, initial_span, table_blocks};
 use statements::{age_index_step, age_range_step, entity_step, row_step, run_step_sql};
 
-use crate::catalog::{Action, Kind, LedgerEntry, LedgerMethod, Policy, RelationInfo};
+use crate::catalog::{
+    partition, Action, Kind, Leaf, LedgerEntry, LedgerMethod, Policy, RelationInfo,
+};
 use crate::engine::eligible::{Eligibility, Guards};
+use crate::engine::retire::{self, Retired};
 use crate::engine::run_context::{self, RunContext};
-use crate::error::{present, Result};
+use crate::error::{present, Result, RetentionError};
 use crate::tid;
 use pgrx::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -82,6 +89,16 @@ pub struct SweepState {
     pub outcome: Outcome,
     /// Why the run stopped, when it did not simply finish.
     pub reason: Option<String>,
+    /// For a partitioned table: the leaves not yet swept, the one being swept first (empty for
+    /// a table that is not partitioned).
+    #[serde(default)]
+    pub leaves: Vec<u32>,
+    /// Whether the current leaf is still to be tried for a whole drop.
+    #[serde(default)]
+    pub retire: bool,
+    /// Leaves dropped whole.
+    #[serde(default)]
+    pub dropped: i64,
 }
 
 fn new_run_id() -> Result<String> {
@@ -126,6 +143,9 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         done: false,
         outcome: Outcome::Running,
         reason: None,
+        leaves: vec![],
+        retire: false,
+        dropped: 0,
     };
     let Some(policy) = policy else {
         return Ok(state.stop(Outcome::Skipped, "policy no longer exists"));
@@ -159,11 +179,49 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         .max_rows_per_run
         .min(cycle_remaining.unwrap_or(i64::MAX))
         .max(0);
-    state.span = initial_span(&rel, policy.batch_size)?;
-    if policy.kind == Kind::Age && has_age_index(&rel, &policy)? {
+    if rel.relkind == "p" {
+        state.leaves = partition::leaves(rel.oid, policy.age_column.as_deref())?
+            .iter()
+            .map(|l| l.oid)
+            .collect();
+        return match state.leaves.first() {
+            Some(&first) => begin_leaf(state, &policy, first),
+            None => Ok(state.stop(Outcome::Ok, "the table has no partitions")),
+        };
+    }
+    state.span = initial_span(rel.oid, policy.batch_size)?;
+    if policy.kind == Kind::Age && has_age_index(rel.oid, &policy)? {
         state.age_from = Some("-infinity".into());
     }
     Ok(state)
+}
+
+/// Starts on leaf `oid` of a partitioned table: from its first row, tried for a whole drop
+/// first when the policy is an `age` policy.
+fn begin_leaf(mut state: SweepState, policy: &Policy, oid: u32) -> Result<SweepState> {
+    state.lo = (0, 0);
+    state.span = match initial_span(oid, policy.batch_size) {
+        Ok(span) => span,
+        // Dropped or detached meanwhile: the next step sees it is no leaf and moves on.
+        Err(RetentionError::WrongState { .. }) => 1,
+        Err(e) => return Err(e),
+    };
+    state.age_from =
+        (policy.kind == Kind::Age && has_age_index(oid, policy)?).then(|| "-infinity".into());
+    state.retire = policy.kind == Kind::Age;
+    Ok(state)
+}
+
+/// The current leaf (or the table) has no eligible rows left: go on with the next leaf, or
+/// finish.
+pub(super) fn leaf_swept(mut state: SweepState, policy: &Policy) -> Result<SweepState> {
+    if !state.leaves.is_empty() {
+        state.leaves.remove(0);
+    }
+    match state.leaves.first() {
+        Some(&next) => begin_leaf(state, policy, next),
+        None => Ok(state.stop(Outcome::Ok, "no eligible rows left")),
+    }
 }
 
 /// Runs one step and returns the next state. The caller commits afterwards.
@@ -179,6 +237,7 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
         rel,
         holds,
         fence,
+        leaves,
     } = &ctx;
     if policy.version != state.version {
         return Ok(state.stop(
@@ -192,22 +251,51 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
     if !policy.enabled {
         return Ok(state.stop(Outcome::Stopped, "policy was disabled during the run"));
     }
+    // The leaf this step works on, for a partitioned table.
+    let leaf: Option<&Leaf> = match state.leaves.first() {
+        None => None,
+        Some(&oid) => match leaves.iter().find(|l| l.oid == oid) {
+            Some(leaf) => Some(leaf),
+            // Detached or dropped since the run started: no longer the policy's to sweep.
+            None => return leaf_swept(state, policy),
+        },
+    };
     let remaining = state.cap - state.deleted;
     // An age step runs a statement planned once per run, with the cutoff as a parameter; the
     // other kinds and the checks below read the cutoff as a constant.
-    let literal = || Eligibility::new(policy, rel, holds);
+    let literal = || Eligibility::new(policy, rel, holds).map(|e| on(e, leaf));
     let elig = if policy.kind == Kind::Age {
-        Eligibility::with_cutoff(policy, rel, holds, CUTOFF_PARAM)?
+        on(
+            Eligibility::with_cutoff(policy, rel, holds, CUTOFF_PARAM)?,
+            leaf,
+        )
     } else {
         literal()?
     };
     if remaining <= 0 {
-        let elig = literal()?;
-        return Ok(if has_more(&elig, state.lo)? {
+        return Ok(if has_more(&ctx, &state)? {
             state.stop_at_cap()
         } else {
             state.stop(Outcome::Ok, "finished at the cap")
         });
+    }
+    if let (true, Some(leaf)) = (state.retire, leaf) {
+        state.retire = false;
+        match retire::retire(&literal()?, rel, leaf, remaining, || fence.tripped_now())? {
+            Retired::Dropped { rows, proof } => {
+                record_drop(&mut state, &ctx, leaf, rows, proof)?;
+                return leaf_swept(state, policy);
+            }
+            Retired::Busy => {
+                record_drop_skipped(&state, &ctx, leaf)?;
+                return leaf_swept(state, policy);
+            }
+            Retired::NewHold => {
+                state.retire = true;
+                return Ok(state);
+            }
+            Retired::NotWhole => {}
+        }
     }
     let n = remaining.min(i64::from(policy.batch_size));
     if let Some(from) = state.age_from.clone() {
@@ -252,20 +340,71 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
             if result.planned < n / 2 {
                 state.span = (state.span * 2).min(MAX_SPAN);
             }
-            if hi_block >= table_blocks(rel)? {
-                state = state.stop(Outcome::Ok, "no eligible rows left");
+            if hi_block >= table_blocks(leaf.map_or(rel.oid, |l| l.oid))? {
+                state = leaf_swept(state, policy)?;
             }
         }
         // An entity group larger than what the run has left: stop at the cap.
         (Kind::Entity, _, None)
-            if remaining < i64::from(policy.batch_size) && has_more(&elig, state.lo)? =>
+            if remaining < i64::from(policy.batch_size) && has_more(&ctx, &state)? =>
         {
             state = state.stop_at_cap()
         }
-        // Ranked kinds and entity look at the whole rest of the table each step.
-        _ => state = state.stop(Outcome::Ok, "no eligible rows left"),
+        // Ranked kinds and entity look at the whole rest of the table (leaf) each step.
+        _ => state = leaf_swept(state, policy)?,
     }
     Ok(state)
+}
+
+/// `elig` on `leaf`, when there is one.
+fn on<'a>(elig: Eligibility<'a>, leaf: Option<&'a Leaf>) -> Eligibility<'a> {
+    match leaf {
+        Some(l) => elig.on_leaf(l),
+        None => elig,
+    }
+}
+
+/// Counts and ledgers a leaf dropped whole.
+fn record_drop(
+    state: &mut SweepState,
+    ctx: &RunContext,
+    leaf: &Leaf,
+    rows: i64,
+    proof: retire::Proof,
+) -> Result<()> {
+    state.deleted += rows;
+    state.dropped += 1;
+    LedgerEntry {
+        method: LedgerMethod::DropPartition,
+        policy: Some(&ctx.policy),
+        relation: None,
+        rows,
+        hold_ids: ctx.holds.iter().map(|h| h.id).collect(),
+        actor: &state.actor,
+        run_id: Some(&state.run_id),
+        detail: json!({ "partition": leaf.qualified, "bound": leaf.bound, "proof": proof.as_str() }),
+    }
+    .append()
+}
+
+/// Ledgers a leaf whose drop was put off because its locks were not granted in time.
+fn record_drop_skipped(state: &SweepState, ctx: &RunContext, leaf: &Leaf) -> Result<()> {
+    LedgerEntry {
+        method: LedgerMethod::DropSkipped,
+        policy: Some(&ctx.policy),
+        relation: None,
+        rows: 0,
+        hold_ids: vec![],
+        actor: &state.actor,
+        run_id: Some(&state.run_id),
+        detail: json!({
+            "partition": leaf.qualified,
+            "bound": leaf.bound,
+            "reason": format!("locks not granted within pg_retention.drop_lock_timeout ({} ms); retried next run",
+                              crate::gucs::drop_lock_timeout_ms()),
+        }),
+    }
+    .append()
 }
 
 /// Counts a step that deleted `rows` and ledgers it (`detail` plus the step number).
@@ -291,12 +430,17 @@ fn record_prune(
     .append()
 }
 
-/// Whether deletable rows remain after the watermark.
-fn has_more(elig: &Eligibility<'_>, lo: (u64, u64)) -> Result<bool> {
+/// Whether deletable rows remain after the watermark (on a partitioned table: after it in the
+/// current leaf, or in any other leaf).
+fn has_more(ctx: &RunContext, state: &SweepState) -> Result<bool> {
+    let elig = Eligibility::new(&ctx.policy, &ctx.rel, &ctx.holds)?;
+    let after = match state.leaves.first() {
+        Some(leaf) => format!("e.__rel <> {leaf} OR e.__ctid > {}", tid::literal(state.lo)),
+        None => format!("e.__ctid > {}", tid::literal(state.lo)),
+    };
     let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM ({rows}) e WHERE e.__ctid > {lo})",
+        "SELECT EXISTS (SELECT 1 FROM ({rows}) e WHERE {after})",
         rows = elig.rows(Guards::ALL),
-        lo = tid::literal(lo),
     );
     elig.as_owner(|| present(Spi::get_one::<bool>(&sql)?, "EXISTS"))
 }

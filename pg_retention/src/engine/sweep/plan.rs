@@ -2,7 +2,7 @@
 //! with the age column, how many blocks hold about one step of rows, how long the table is.
 
 use super::MAX_SPAN;
-use crate::catalog::{prepared, Policy, RelationInfo};
+use crate::catalog::{prepared, Policy};
 use crate::error::{present, Result, RetentionError};
 use pgrx::prelude::*;
 use pgrx::PgOid;
@@ -10,7 +10,7 @@ use pgrx::PgOid;
 /// Whether the table has a btree index that leads with the policy's age column (whole-table,
 /// default operator class), so that steps can take rows in age order and stop at the cutoff
 /// instead of reading every block.
-pub(super) fn has_age_index(rel: &RelationInfo, policy: &Policy) -> Result<bool> {
+pub(super) fn has_age_index(table: u32, policy: &Policy) -> Result<bool> {
     let plan = prepared::cached(
         "SELECT EXISTS (
              SELECT 1 FROM pg_catalog.pg_index i
@@ -30,30 +30,30 @@ pub(super) fn has_age_index(rel: &RelationInfo, policy: &Policy) -> Result<bool>
         return Ok(false);
     };
     present(
-        prepared::one::<bool>(&plan, &[i64::from(rel.oid).into(), age.into()])?,
+        prepared::one::<bool>(&plan, &[i64::from(table).into(), age.into()])?,
         "EXISTS",
     )
 }
 
 /// Blocks per step so that a dense range holds about one step of rows.
-pub(super) fn initial_span(rel: &RelationInfo, batch_size: i32) -> Result<u64> {
+pub(super) fn initial_span(table: u32, batch_size: i32) -> Result<u64> {
     let per_block = Spi::get_one_with_args::<f64>(
         "SELECT CASE WHEN relpages > 0 AND reltuples > 0 THEN reltuples / relpages ELSE 50 END::float8
            FROM pg_class WHERE oid = $1::bigint::oid",
-        &[i64::from(rel.oid).into()],
+        &[i64::from(table).into()],
     )?
     .ok_or_else(|| RetentionError::WrongState {
-        message: format!("table {} no longer exists", rel.qualified),
+        message: format!("table oid {table} no longer exists"),
         hint: "It was dropped during the run.".into(),
     })?
     .max(1.0);
     Ok(((f64::from(batch_size) / per_block).ceil() as u64).clamp(1, MAX_SPAN))
 }
 
-pub(super) fn table_blocks(rel: &RelationInfo) -> Result<u64> {
+pub(super) fn table_blocks(table: u32) -> Result<u64> {
     let n = Spi::get_one_with_args::<i64>(
         "SELECT (pg_relation_size($1::bigint::oid) / current_setting('block_size')::int)::bigint",
-        &[i64::from(rel.oid).into()],
+        &[i64::from(table).into()],
     )?;
     Ok(present(n, "pg_relation_size")?.max(0) as u64)
 }

@@ -2,7 +2,7 @@
 //! walk of an `age` policy, planned rows of the ranked kinds, whole groups of `entity`. Each
 //! plans and deletes in one statement, run as the policy's owner.
 
-use super::{record_prune, Outcome, SweepState};
+use super::{record_prune, SweepState};
 use crate::catalog::{prepared, HoldFence};
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::quota;
@@ -112,13 +112,13 @@ pub(super) fn age_index_step(
     }
     Ok(match bound {
         // The bound is computed before a row can pass the age condition: without one, no row did.
-        None if deleted == 0 => state.stop(Outcome::Ok, "no eligible rows left"),
+        None if deleted == 0 => super::leaf_swept(state, policy)?,
         None => {
             return Err(RetentionError::Internal(
                 "an index step deleted rows without computing its bound".into(),
             ))
         }
-        Some(None) => state.stop(Outcome::Ok, "no eligible rows left"),
+        Some(None) => super::leaf_swept(state, policy)?,
         Some(Some(next)) if next == from => {
             // More than a step of rows share this age: go on by block ranges from the start.
             state.age_from = None;
@@ -207,7 +207,8 @@ pub(super) fn row_step(
 }
 
 /// One step of an `entity` policy: whole expired groups in order of their first row, as many
-/// as fit in the step (at least one) and never more than the run has left.
+/// as fit in the step (at least one) and never more than the run has left. On a partitioned
+/// table, the groups with rows in the step's leaf, each deleted from every leaf it spans.
 pub(super) fn entity_step(
     elig: &Eligibility<'_>,
     fence: &HoldFence,
@@ -222,13 +223,13 @@ pub(super) fn entity_step(
                               FROM groups g WHERE g.__first > {lo}) x
               WHERE x.__cum - x.__n < {n} AND x.__cum <= {remaining}),
          deleted AS (
-             DELETE FROM ONLY {table} t USING picked g WHERE {join} AND {scope} AND NOT {fence} RETURNING 1)
+             DELETE FROM {target} t USING picked g WHERE {join} AND {scope} AND NOT {fence} RETURNING 1)
          SELECT (SELECT count(*) FROM deleted), (SELECT coalesce(sum(__n), 0)::bigint FROM picked),
                 (SELECT max(__first)::text FROM picked), {fence}",
         fence = fence.tripped(),
         groups = elig.entity_groups(Guards::ALL),
         lo = tid::literal(lo),
-        table = elig.table(),
+        target = elig.group_target(),
         join = elig.entity_join(),
         scope = elig.scope_sql(),
     )

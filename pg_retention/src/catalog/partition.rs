@@ -1,0 +1,113 @@
+//! Partition trees, read from the system catalogs: the leaves a policy on a partitioned table
+//! sweeps one by one, and what each leaf's bounds say about its rows.
+
+use crate::catalog::query_json;
+use crate::error::{returned_nothing, Result};
+use serde::Deserialize;
+
+/// One leaf of a governed table: a partition that holds rows, or the table itself when it is
+/// not partitioned.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Leaf {
+    /// Oid.
+    pub oid: u32,
+    /// Quoted, schema-qualified name.
+    pub qualified: String,
+    /// The partition bound as PostgreSQL prints it (`FOR VALUES ...`); empty for a table that
+    /// is not a partition.
+    #[serde(default)]
+    pub bound: String,
+    /// The leaf is a default partition, or lies under one: its rows have no bound to reason with.
+    #[serde(default)]
+    pub default: bool,
+    /// Upper bounds, as printed, of every range level above and at this leaf whose key is the
+    /// policy's age column alone: each says every row of the leaf is aged before it.
+    #[serde(default)]
+    pub age_upper: Vec<String>,
+    /// The leaf's owner: only a policy owner who could drop the table drops it whole.
+    pub owner: u32,
+    /// The leaf has a user trigger that fires on DELETE, which a whole-leaf drop would not fire.
+    #[serde(default)]
+    pub delete_triggers: bool,
+}
+
+/// The leaves of `relation` (the table itself when it is not partitioned), in oid order, which
+/// is creation order for the leaves a tool premakes in time order. `age_column` names the
+/// column whose range bounds are collected in [`Leaf::age_upper`].
+pub fn leaves(relation: u32, age_column: Option<&str>) -> Result<Vec<Leaf>> {
+    let leaves: Option<Vec<Leaf>> = query_json(
+        "WITH l AS (
+             SELECT t.relid FROM pg_catalog.pg_partition_tree($1::bigint::oid) t WHERE t.isleaf
+             UNION ALL
+             SELECT c.oid FROM pg_catalog.pg_class c WHERE c.oid = $1::bigint::oid AND c.relkind <> 'p')
+         SELECT coalesce(jsonb_agg(jsonb_build_object(
+                    'oid', c.oid::bigint,
+                    'qualified', format('%I.%I', n.nspname, c.relname),
+                    'bound', coalesce(pg_catalog.pg_get_expr(c.relpartbound, c.oid), ''),
+                    'default', EXISTS (
+                        SELECT 1 FROM pg_catalog.pg_partition_ancestors(c.oid) a
+                          JOIN pg_catalog.pg_class ac ON ac.oid = a.relid
+                         WHERE pg_catalog.pg_get_expr(ac.relpartbound, ac.oid) = 'DEFAULT'),
+                    'age_upper', (
+                        SELECT coalesce(jsonb_agg(u.upper) FILTER (WHERE u.upper IS NOT NULL), '[]')
+                          FROM pg_catalog.pg_partition_ancestors(c.oid) a
+                          JOIN pg_catalog.pg_class ac ON ac.oid = a.relid AND ac.relispartition
+                          JOIN pg_catalog.pg_inherits i ON i.inhrelid = ac.oid
+                          JOIN pg_catalog.pg_partitioned_table pt ON pt.partrelid = i.inhparent
+                          JOIN pg_catalog.pg_attribute att ON att.attrelid = pt.partrelid
+                                                         AND att.attnum = pt.partattrs[0]
+                          CROSS JOIN LATERAL (SELECT substring(pg_catalog.pg_get_expr(ac.relpartbound, ac.oid)
+                                                               FROM ' TO \\((.*)\\)$') AS upper) u
+                         WHERE pt.partstrat = 'r' AND pt.partnatts = 1 AND att.attname = $2),
+                    'owner', c.relowner::bigint,
+                    'delete_triggers', EXISTS (
+                        SELECT 1 FROM pg_catalog.pg_trigger tg
+                         WHERE tg.tgrelid = c.oid AND NOT tg.tgisinternal AND tg.tgenabled <> 'D'
+                           AND (tg.tgtype & 8) <> 0))
+                  ORDER BY c.oid), '[]')
+           FROM l JOIN pg_catalog.pg_class c ON c.oid = l.relid
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace",
+        &[i64::from(relation).into(), age_column.into()],
+    )?;
+    leaves.ok_or_else(|| returned_nothing("listing a table's leaves"))
+}
+
+/// A bound value as printed in a partition bound (`'2026-01-02 00:00:00+00'`, `42`), as the
+/// text its type reads back; None for `MINVALUE`/`MAXVALUE` and anything else that is not one
+/// plain value.
+pub fn bound_value(printed: &str) -> Option<String> {
+    let printed = printed.trim();
+    if let Some(quoted) = printed
+        .strip_prefix('\'')
+        .and_then(|rest| rest.strip_suffix('\''))
+    {
+        // Inside, a quote is only ever doubled: anything else means more than one value.
+        let inner = quoted.replace("''", "");
+        return (!inner.contains('\'')).then(|| quoted.replace("''", "'"));
+    }
+    let numeric = !printed.is_empty()
+        && printed
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E'));
+    numeric.then(|| printed.to_owned())
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use super::bound_value;
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn bound_values_are_read_back_as_their_text() {
+        assert_eq!(
+            bound_value("'2026-01-02 00:00:00+00'").as_deref(),
+            Some("2026-01-02 00:00:00+00")
+        );
+        assert_eq!(bound_value("'it''s'").as_deref(), Some("it's"));
+        assert_eq!(bound_value("42").as_deref(), Some("42"));
+        assert_eq!(bound_value("MAXVALUE"), None);
+        assert_eq!(bound_value("'a', 'b'"), None);
+        assert_eq!(bound_value("'a'), ('b'"), None);
+    }
+}

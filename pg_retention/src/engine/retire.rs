@@ -1,0 +1,181 @@
+//! Retiring a whole leaf of a partitioned table. When every row of a leaf is provably eligible
+//! under an `age` policy and none is held, the leaf is dropped in one statement instead of its
+//! rows being deleted one by one: O(1) in its rows, but for the count the ledger records.
+//!
+//! A leaf qualifies when it is not a default partition, no foreign key references the table,
+//! no user trigger fires on its deletes (a drop would not fire it), the policy's owner could
+//! drop it (owns it), and either a range bound on the age column puts every row before the
+//! cutoff, or it has rows and every one is eligible. The proof is run once without locks (to
+//! plan, and for preview) and once more under a SHARE lock on the leaf, which keeps its rows
+//! as they are until the drop commits.
+
+use crate::catalog::{partition, Kind, Leaf, RelationInfo};
+use crate::engine::eligible::{Eligibility, Guards};
+use crate::error::{present, Result, RetentionError};
+use crate::sql_text::literal;
+use crate::subxact::{self, Attempt};
+use pgrx::prelude::*;
+
+/// Why a leaf is entirely eligible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// A range bound on the age column is at or before the cutoff (and, where the policy has a
+    /// scope, a terminal predicate or holds, every row was checked against them).
+    RangeBound,
+    /// Every row was checked and is eligible.
+    EveryRow,
+}
+
+impl Proof {
+    /// The proof's name (ledger detail, `retention.preview_partitions`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Proof::RangeBound => "range_bound",
+            Proof::EveryRow => "every_row",
+        }
+    }
+}
+
+/// What retiring a leaf came to.
+pub enum Retired {
+    /// Dropped, with this many rows.
+    Dropped { rows: i64, proof: Proof },
+    /// Not entirely eligible (or larger than the run has left): its rows are swept instead.
+    NotWhole,
+    /// Its locks were not granted within `pg_retention.drop_lock_timeout`: left for next run.
+    Busy,
+    /// A hold was placed after the holds were read: plan again with it.
+    NewHold,
+}
+
+/// Whether `leaf` (the leaf `elig` is on) can be dropped whole now, and why; read-only.
+pub fn whole_leaf(
+    elig: &Eligibility<'_>,
+    rel: &RelationInfo,
+    leaf: &Leaf,
+) -> Result<Option<Proof>> {
+    let policy = elig.policy();
+    if elig.kind() != Kind::Age
+        || !elig.partitioned()
+        || leaf.default
+        || leaf.delete_triggers
+        || !rel.referenced_by.is_empty()
+    {
+        return Ok(None);
+    }
+    let may_drop = Spi::get_one_with_args::<bool>(
+        "SELECT pg_catalog.pg_has_role($1::bigint::oid, $2::bigint::oid, 'USAGE')",
+        &[i64::from(policy.owner).into(), i64::from(leaf.owner).into()],
+    )?;
+    if may_drop != Some(true) {
+        return Ok(None);
+    }
+    let (Some(age), Some(cutoff)) = (policy.age_column.as_deref(), elig.cutoff()) else {
+        return Ok(None);
+    };
+    let age_type = &rel.column(age)?.type_name;
+    let bounded: Vec<String> = leaf
+        .age_upper
+        .iter()
+        .filter_map(|b| partition::bound_value(b))
+        .map(|v| format!("coalesce({}::{age_type} <= {cutoff}, false)", literal(&v)))
+        .collect();
+    let bounded = if bounded.is_empty() {
+        "false".to_owned()
+    } else {
+        bounded.join(" OR ")
+    };
+    let every_row = format!(
+        "NOT EXISTS (SELECT 1 FROM ONLY {table} t WHERE NOT ({eligible}))",
+        table = leaf.qualified,
+        eligible = elig.age_predicate(Guards {
+            holds: true,
+            references: false,
+        }),
+    );
+    // Within a bound, only a scope, a terminal predicate or a hold can make a row ineligible.
+    let within_bound = if policy.scope.is_none()
+        && policy.terminal.is_none()
+        && elig.holds_on(leaf).next().is_none()
+    {
+        "true".to_owned()
+    } else {
+        every_row.clone()
+    };
+    let sql = format!(
+        "SELECT CASE WHEN {bounded} THEN CASE WHEN {within_bound} THEN 'range_bound' END
+                     WHEN EXISTS (SELECT 1 FROM ONLY {table}) AND {every_row} THEN 'every_row' END",
+        table = leaf.qualified,
+    );
+    let proof = elig.as_owner(|| Ok(Spi::get_one::<String>(&sql)?))?;
+    Ok(match proof.as_deref() {
+        Some("range_bound") => Some(Proof::RangeBound),
+        Some("every_row") => Some(Proof::EveryRow),
+        _ => None,
+    })
+}
+
+/// Drops `leaf` whole if it is entirely eligible and has at most `remaining` rows, under a
+/// lock timeout of `pg_retention.drop_lock_timeout`; `fence_tripped` says whether a hold was
+/// placed since the holds were read. The caller ledgers the outcome.
+pub fn retire(
+    elig: &Eligibility<'_>,
+    rel: &RelationInfo,
+    leaf: &Leaf,
+    remaining: i64,
+    fence_tripped: impl FnOnce() -> Result<bool>,
+) -> Result<Retired> {
+    if whole_leaf(elig, rel, leaf)?.is_none() {
+        return Ok(Retired::NotWhole);
+    }
+    let previous = present(
+        Spi::get_one::<String>("SELECT current_setting('lock_timeout')")?,
+        "lock_timeout",
+    )?;
+    set_lock_timeout(&format!("{}ms", crate::gucs::drop_lock_timeout_ms()))?;
+    let mut new_hold = false;
+    let attempt = subxact::unless_busy(|| {
+        elig.as_owner(|| {
+            Spi::run(&format!("LOCK TABLE ONLY {} IN SHARE MODE", leaf.qualified))?;
+            Ok(())
+        })?;
+        // Under the lock no row of the leaf can change until the drop commits.
+        let Some(proof) = whole_leaf(elig, rel, leaf)? else {
+            return Ok(None);
+        };
+        if fence_tripped()? {
+            new_hold = true;
+            return Ok(None);
+        }
+        let rows = elig.as_owner(|| {
+            present(
+                Spi::get_one::<i64>(&format!("SELECT count(*) FROM ONLY {}", leaf.qualified))?,
+                "count(*)",
+            )
+        })?;
+        if rows > remaining {
+            return Ok(None);
+        }
+        elig.as_owner(|| {
+            Spi::run(&format!("DROP TABLE {}", leaf.qualified))?;
+            Ok(())
+        })?;
+        Ok(Some((rows, proof)))
+    })?;
+    set_lock_timeout(&previous)?;
+    Ok(match attempt {
+        Attempt::Done((rows, proof)) => Retired::Dropped { rows, proof },
+        Attempt::Busy => Retired::Busy,
+        Attempt::Declined if new_hold => Retired::NewHold,
+        Attempt::Declined => Retired::NotWhole,
+    })
+}
+
+fn set_lock_timeout(value: &str) -> Result<()> {
+    Spi::get_one_with_args::<String>(
+        "SELECT set_config('lock_timeout', $1, true)",
+        &[value.into()],
+    )?
+    .map(|_| ())
+    .ok_or_else(|| RetentionError::Internal("set_config returned NULL".into()))
+}

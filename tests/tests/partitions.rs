@@ -1,0 +1,745 @@
+//! Partitioned tables: a policy on the partitioned table governs every leaf (also leaves added
+//! later), expired range leaves are dropped whole and ledgered with their exact row counts,
+//! holds on the table or on one leaf keep their rows, foreign keys and default partitions keep
+//! leaves from being dropped, ranked kinds group across leaves, preview names the leaves the
+//! next run drops, a drop never waits behind a long transaction, and pg_partman's trees are
+//! retired while pg_partman premakes new leaves.
+
+use pg_retention_integration::{expect_error, scalar, Cluster};
+use postgres::Client;
+use std::time::Duration;
+
+/// `events`, partitioned by day on `created_at`: one leaf per day from 10 days ago to tomorrow
+/// (`events_m10` … `events_p1`, bounds at midnight), a default partition, and 288 rows, row i
+/// created i hours ago (rows 241..288, 10 to 12 days old, land in the default partition),
+/// tenant = i % 3.
+fn events(db: &mut Client) {
+    db.batch_execute(
+        "CREATE TABLE events (id bigint NOT NULL, tenant int NOT NULL, created_at timestamptz NOT NULL,
+                              payload text, PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at);
+         DO $$
+         BEGIN
+             FOR d IN -10..1 LOOP
+                 EXECUTE format('CREATE TABLE %I PARTITION OF events FOR VALUES FROM (%L) TO (%L)',
+                                'events_' || CASE WHEN d < 0 THEN 'm' || -d ELSE 'p' || d END,
+                                date_trunc('day', now()) + d * interval '1 day',
+                                date_trunc('day', now()) + (d + 1) * interval '1 day');
+             END LOOP;
+         END $$;
+         CREATE TABLE events_default PARTITION OF events DEFAULT;
+         INSERT INTO events SELECT g, g % 3, now() - make_interval(hours => g), repeat('x', 20)
+           FROM generate_series(1, 288) g;",
+    )
+    .unwrap();
+}
+
+fn policy(db: &mut Client, extra: &str) {
+    db.batch_execute(&format!(
+        "SELECT retention.add_policy(name => 'events', relation => 'events', kind => 'age',
+                age_column => 'created_at', older_than => '5 days', batch_size => 50 {extra})"
+    ))
+    .unwrap();
+}
+
+fn count(db: &mut Client, sql: &str) -> i64 {
+    scalar(db, sql)
+}
+
+fn text(db: &mut Client, sql: &str) -> String {
+    db.query_one(sql, &[]).unwrap().get(0)
+}
+
+fn expired(db: &mut Client) -> i64 {
+    count(
+        db,
+        "SELECT count(*) FROM events WHERE created_at < now() - interval '5 days'",
+    )
+}
+
+/// The leaves whose whole day lies before the 5-day cutoff, whatever the time of day:
+/// 10 to 6 days ago.
+const WHOLLY_EXPIRED: [&str; 5] = [
+    "events_m10",
+    "events_m9",
+    "events_m8",
+    "events_m7",
+    "events_m6",
+];
+
+fn exists(db: &mut Client, table: &str) -> bool {
+    count(
+        db,
+        &format!("SELECT count(*) FROM pg_class WHERE relname = '{table}'"),
+    ) == 1
+}
+
+/// (partition, rows) of every `drop_partition` ledger record, by partition name.
+fn drops(db: &mut Client) -> Vec<(String, i64)> {
+    db.query(
+        "SELECT detail->>'partition', rows FROM retention.ledger WHERE method = 'drop_partition'
+          ORDER BY 1",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
+}
+
+fn public(leaves: &[&str]) -> Vec<String> {
+    sorted(leaves.iter().map(|l| format!("public.{l}")).collect())
+}
+
+#[test]
+fn an_expired_range_leaf_is_dropped_whole_and_ledgered_with_its_exact_row_count() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    policy(&mut db, "");
+    let expired_before = expired(&mut db);
+    let per_leaf: Vec<(String, i64)> = WHOLLY_EXPIRED
+        .iter()
+        .map(|l| {
+            let n = count(&mut db, &format!("SELECT count(*) FROM ONLY {l}"));
+            (format!("public.{l}"), n)
+        })
+        .collect();
+    let in_default = count(&mut db, "SELECT count(*) FROM ONLY events_default");
+    assert!(
+        in_default > 0,
+        "rows older than the oldest leaf are in the default partition"
+    );
+    db.batch_execute("CALL retention.run()").unwrap();
+
+    let mut expected = per_leaf.clone();
+    expected.sort();
+    assert_eq!(
+        drops(&mut db),
+        expected,
+        "each wholly expired leaf dropped, with its exact row count"
+    );
+    for leaf in WHOLLY_EXPIRED {
+        assert!(!exists(&mut db, leaf), "{leaf} is dropped");
+    }
+    assert_eq!(expired(&mut db), 0, "every expired row is gone");
+    assert!(
+        exists(&mut db, "events_default"),
+        "the default partition is never dropped"
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM ONLY events_default"),
+        0,
+        "its rows are swept"
+    );
+    assert!(
+        exists(&mut db, "events_m5"),
+        "the partly expired leaf stays"
+    );
+    let dropped: i64 = per_leaf.iter().map(|(_, n)| n).sum();
+    let pruned = count(
+        &mut db,
+        "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune'",
+    );
+    assert_eq!(
+        dropped + pruned,
+        expired_before,
+        "dropped and swept rows add up to the expired rows"
+    );
+    let run = db
+        .query_one(
+            "SELECT rows, (detail->>'partitions_dropped')::int FROM retention.ledger WHERE method = 'run'",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(run.get::<_, i64>(0), expired_before);
+    assert_eq!(run.get::<_, i32>(1), 5);
+    let detail: String = text(
+        &mut db,
+        "SELECT detail->>'bound' FROM retention.ledger WHERE method = 'drop_partition' LIMIT 1",
+    );
+    assert!(detail.starts_with("FOR VALUES FROM ("), "{detail}");
+    let proof: String = text(
+        &mut db,
+        "SELECT detail->>'proof' FROM retention.ledger WHERE method = 'drop_partition' LIMIT 1",
+    );
+    assert_eq!(proof, "range_bound");
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM events"),
+        288 - expired_before
+    );
+}
+
+#[test]
+fn a_policy_on_a_parent_sweeps_leaves_created_after_registration() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE m (id bigint NOT NULL, kind text NOT NULL, at timestamptz NOT NULL,
+                         PRIMARY KEY (id, kind)) PARTITION BY LIST (kind);
+         CREATE TABLE m_a PARTITION OF m FOR VALUES IN ('a');
+         SELECT retention.add_policy(name => 'm', relation => 'm', kind => 'age',
+                age_column => 'at', older_than => '1 day', batch_size => 7);
+         -- After registration: one leaf created, one table attached, one sub-partitioned leaf.
+         CREATE TABLE m_b PARTITION OF m FOR VALUES IN ('b');
+         CREATE TABLE m_c (id bigint NOT NULL, kind text NOT NULL, at timestamptz NOT NULL,
+                           PRIMARY KEY (id, kind));
+         ALTER TABLE m ATTACH PARTITION m_c FOR VALUES IN ('c');
+         CREATE TABLE m_d PARTITION OF m FOR VALUES IN ('d') PARTITION BY HASH (id);
+         CREATE TABLE m_d0 PARTITION OF m_d FOR VALUES WITH (modulus 2, remainder 0);
+         CREATE TABLE m_d1 PARTITION OF m_d FOR VALUES WITH (modulus 2, remainder 1);
+         INSERT INTO m SELECT g, k, now() - make_interval(hours => g) - interval '30 minutes'
+           FROM generate_series(1, 60) g, unnest(ARRAY['a', 'b', 'c', 'd']) k;",
+    )
+    .unwrap();
+    let expired = count(
+        &mut db,
+        "SELECT count(*) FROM m WHERE at < now() - interval '1 day'",
+    );
+    assert_eq!(expired, 4 * 37);
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM m WHERE at < now() - interval '1 day'"
+        ),
+        0
+    );
+    for leaf in ["m_a", "m_b", "m_c", "m_d0", "m_d1"] {
+        assert!(
+            exists(&mut db, leaf),
+            "{leaf}: a partly expired leaf is swept, not dropped"
+        );
+        assert!(
+            count(
+                &mut db,
+                &format!("SELECT count(*) FROM ONLY {leaf} WHERE at >= now() - interval '1 day'")
+            ) > 0,
+            "{leaf} keeps its young rows"
+        );
+    }
+    assert_eq!(count(&mut db, "SELECT count(*) FROM m"), 4 * 23);
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'prune'"
+        ),
+        expired
+    );
+    // A list leaf whose rows are all expired is dropped whole: every row was checked.
+    db.batch_execute(
+        "CREATE TABLE m_e PARTITION OF m FOR VALUES IN ('e');
+         INSERT INTO m SELECT g, 'e', now() - interval '3 days' FROM generate_series(1, 10) g;",
+    )
+    .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert!(!exists(&mut db, "m_e"));
+    assert_eq!(
+        drops(&mut db),
+        vec![("public.m_e".to_owned(), 10)],
+        "only the wholly expired list leaf is dropped"
+    );
+    let proof: String = text(
+        &mut db,
+        "SELECT detail->>'proof' FROM retention.ledger WHERE method = 'drop_partition'",
+    );
+    assert_eq!(proof, "every_row");
+}
+
+#[test]
+fn a_leaf_with_one_held_row_is_row_swept_and_its_held_row_survives() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    policy(&mut db, "");
+    // Row 200 is 200 hours (8+ days) old: in events_m9 or events_m8, depending on the hour.
+    let leaf: String = text(
+        &mut db,
+        "SELECT tableoid::regclass::text FROM events WHERE id = 200",
+    );
+    let hold: i64 = scalar(
+        &mut db,
+        &format!("SELECT retention.place_hold('{leaf}', 'id = 200', 'case 7', 'legal')"),
+    );
+    let held_leaf_rows = count(&mut db, &format!("SELECT count(*) FROM ONLY {leaf}"));
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert!(
+        exists(&mut db, &leaf),
+        "a leaf holding a held row is never dropped"
+    );
+    assert_eq!(
+        count(&mut db, &format!("SELECT count(*) FROM ONLY {leaf}")),
+        1
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM events WHERE id = 200"),
+        1,
+        "the held row survives"
+    );
+    assert_eq!(expired(&mut db), 1, "every other expired row is gone");
+    let others: Vec<&str> = WHOLLY_EXPIRED
+        .iter()
+        .copied()
+        .filter(|l| *l != leaf)
+        .collect();
+    assert_eq!(
+        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        public(&others)
+    );
+    assert_eq!(
+        count(&mut db, &format!("SELECT rows FROM retention.ledger WHERE method = 'hold_skip' AND hold_ids = ARRAY[{hold}::bigint]")),
+        1
+    );
+    assert!(held_leaf_rows > 1);
+}
+
+#[test]
+fn a_hold_on_the_parent_protects_rows_in_every_leaf_and_a_hold_on_a_leaf_only_that_leaf() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    // Placed by someone else than the policy's owner: evaluated as its placer, row by row.
+    db.batch_execute(
+        "CREATE ROLE legal LOGIN; GRANT retention_admin TO legal; GRANT SELECT ON events, events_m7 TO legal;",
+    )
+    .unwrap();
+    policy(&mut db, "");
+    let mut legal = c.connect_as("postgres", "legal");
+    legal
+        .batch_execute(
+            "SELECT retention.place_hold('events', 'tenant = 1', 'parent hold', 'legal')",
+        )
+        .unwrap();
+    legal
+        .batch_execute(
+            "SELECT retention.place_hold('events_m7', 'tenant = 2', 'leaf hold', 'legal')",
+        )
+        .unwrap();
+    let tenant1 = count(
+        &mut db,
+        "SELECT count(*) FROM events WHERE tenant = 1 AND created_at < now() - interval '5 days'",
+    );
+    let m7_tenant2 = count(
+        &mut db,
+        "SELECT count(*) FROM ONLY events_m7 WHERE tenant = 2",
+    );
+    assert!(tenant1 > 0 && m7_tenant2 > 0);
+    let preview = db
+        .query_one(
+            "SELECT held, partitions_to_drop FROM retention.preview('events')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(preview.get::<_, i64>(0), tenant1 + m7_tenant2);
+    assert_eq!(preview.get::<_, i64>(1), 0, "every leaf has held rows");
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert!(
+        drops(&mut db).is_empty(),
+        "no leaf with held rows is dropped"
+    );
+    assert_eq!(
+        expired(&mut db),
+        tenant1 + m7_tenant2,
+        "exactly the held rows remain: tenant 1 everywhere, tenant 2 only in events_m7"
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM events WHERE tenant = 2 AND created_at < now() - interval '5 days' AND tableoid <> 'events_m7'::regclass"),
+        0,
+        "the leaf hold does not reach other leaves"
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'hold_skip'"
+        ),
+        tenant1 + m7_tenant2
+    );
+}
+
+#[test]
+fn the_default_partition_and_a_foreign_key_referenced_leaf_are_not_dropped() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    // The referencing table is partitioned too.
+    db.batch_execute(
+        "CREATE TABLE refs (id int NOT NULL, ev_id bigint, ev_at timestamptz, PRIMARY KEY (id),
+                            FOREIGN KEY (ev_id, ev_at) REFERENCES events) PARTITION BY HASH (id);
+         CREATE TABLE refs_0 PARTITION OF refs FOR VALUES WITH (modulus 2, remainder 0);
+         CREATE TABLE refs_1 PARTITION OF refs FOR VALUES WITH (modulus 2, remainder 1);
+         INSERT INTO refs SELECT 1, id, created_at FROM events WHERE id = 150;
+         INSERT INTO refs SELECT 2, id, created_at FROM events WHERE id = 260;",
+    )
+    .unwrap();
+    policy(&mut db, "");
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT partitions_to_drop FROM retention.preview('events')"
+        ),
+        0,
+        "a referenced table's leaves are never dropped whole"
+    );
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert!(drops(&mut db).is_empty());
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM events WHERE created_at < now() - interval '5 days'"
+        ),
+        2,
+        "only the two referenced rows are left"
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM events WHERE id IN (150, 260)"
+        ),
+        2
+    );
+    assert!(exists(&mut db, "events_default"));
+    for leaf in WHOLLY_EXPIRED {
+        assert!(exists(&mut db, leaf), "{leaf} is swept, not dropped");
+    }
+}
+
+#[test]
+fn keep_latest_versions_and_entity_groups_span_leaves() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE runs (id int NOT NULL, src int NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (id, at))
+           PARTITION BY RANGE (at);
+         CREATE TABLE runs_old PARTITION OF runs FOR VALUES FROM (MINVALUE) TO (now() - interval '50 hours');
+         CREATE TABLE runs_new PARTITION OF runs FOR VALUES FROM (now() - interval '50 hours') TO (MAXVALUE);
+         INSERT INTO runs SELECT g, g % 4, now() - make_interval(hours => g) FROM generate_series(1, 100) g;
+         SELECT retention.add_policy(name => 'kl', relation => 'runs', kind => 'keep_latest',
+                group_by => ARRAY['src'], order_by => 'at', keep => 15, batch_size => 4);
+         CREATE TABLE ver (id int NOT NULL, k int NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (id, k))
+           PARTITION BY LIST (k);
+         CREATE TABLE ver_a PARTITION OF ver FOR VALUES IN (0, 1);
+         CREATE TABLE ver_b PARTITION OF ver FOR VALUES IN (2) PARTITION BY RANGE (id);
+         CREATE TABLE ver_b1 PARTITION OF ver_b FOR VALUES FROM (0) TO (50);
+         CREATE TABLE ver_b2 PARTITION OF ver_b FOR VALUES FROM (50) TO (1000);
+         INSERT INTO ver SELECT g, g % 3, now() - make_interval(days => g) FROM generate_series(1, 300) g;
+         SELECT retention.add_policy(name => 'ver', relation => 'ver', kind => 'versions', group_by => ARRAY['k'],
+                order_by => 'at', keep => 40, min_keep => 10, age_column => 'at', older_than => '100 days',
+                batch_size => 9);
+         CREATE TABLE ent (id int NOT NULL, e int NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (id, at))
+           PARTITION BY RANGE (at);
+         CREATE TABLE ent_old PARTITION OF ent FOR VALUES FROM (MINVALUE) TO (now() - interval '45 days');
+         CREATE TABLE ent_new PARTITION OF ent FOR VALUES FROM (now() - interval '45 days') TO (MAXVALUE);
+         -- Group e has rows aged 40 + e and 50 + e days: across both leaves. Groups 0..9 expire
+         -- (newest row older than 30 + 10 days... see below), the others keep a young row.
+         INSERT INTO ent SELECT e * 10 + 1, e, now() - make_interval(days => 50 + e) FROM generate_series(0, 19) e;
+         INSERT INTO ent SELECT e * 10 + 2, e, now() - make_interval(days => 31 + e) FROM generate_series(0, 19) e;
+         SELECT retention.add_policy(name => 'ent', relation => 'ent', kind => 'entity', group_by => ARRAY['e'],
+                age_column => 'at', older_than => '40 days', batch_size => 3);",
+    )
+    .unwrap();
+    let preview: Vec<(String, i64)> = db
+        .query(
+            "SELECT policy, would_delete FROM retention.preview() ORDER BY policy",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    db.batch_execute("CALL retention.run()").unwrap();
+    let per_group: Vec<i64> = db
+        .query("SELECT count(*) FROM runs GROUP BY src ORDER BY src", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        per_group,
+        vec![15; 4],
+        "keep_latest keeps exactly 15 per group across both leaves"
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM (SELECT src, at, row_number() OVER (PARTITION BY src ORDER BY at DESC) rn FROM runs) x WHERE rn <= 15"),
+        60,
+        "the kept rows are each group's newest"
+    );
+    // versions: keep 40, or 10 when older than 100 days; k = 0..2 have 100 rows each.
+    let kept: Vec<i64> = db
+        .query("SELECT count(*) FROM ver GROUP BY k ORDER BY k", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let expected: Vec<i64> = (0..3)
+        .map(|k| {
+            // Rows of k, newest first: days k', k'+3, ...; the 11th..40th survive only when younger than 100 days.
+            let ages: Vec<i64> = (1..=300).filter(|g| g % 3 == k).collect();
+            ages.iter()
+                .enumerate()
+                .filter(|(rank, age)| *rank < 10 || (*rank < 40 && **age < 100))
+                .count() as i64
+        })
+        .collect();
+    assert_eq!(
+        kept, expected,
+        "versions ranks each group across its leaves"
+    );
+    // entity: group e's newest row is 31 + e days old, so groups 9..19 are expired, whole.
+    let groups: Vec<i32> = db
+        .query("SELECT DISTINCT e FROM ent ORDER BY e", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        groups,
+        (0..=8).collect::<Vec<i32>>(),
+        "expired groups go whole, from both leaves"
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM ent"),
+        18,
+        "live groups keep both their rows"
+    );
+    for (policy, would_delete) in preview {
+        let deleted = count(&mut db, &format!("SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune' AND policy = '{policy}'"));
+        assert_eq!(
+            deleted, would_delete,
+            "policy {policy}: preview equals the run"
+        );
+        assert!(deleted > 0, "{policy} had work");
+    }
+    assert!(drops(&mut db).is_empty(), "only age policies drop leaves");
+}
+
+#[test]
+fn preview_partitions_to_drop_equals_what_the_next_run_drops() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    // A cap that leaves room for some leaves only, a scope, and a hold on one leaf's row.
+    policy(&mut db, ", scope => 'tenant >= 0', max_rows_per_run => 100");
+    db.batch_execute("SELECT retention.place_hold('events', 'id = 170', 'case', 'legal')")
+        .unwrap();
+    let listed: Vec<(String, i64, String)> = db
+        .query(
+            "SELECT partition, rows, proof FROM retention.preview_partitions('events')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let preview = db
+        .query_one(
+            "SELECT would_delete, partitions_to_drop FROM retention.preview('events')",
+            &[],
+        )
+        .unwrap();
+    let (would_delete, to_drop): (i64, i64) = (preview.get(0), preview.get(1));
+    assert_eq!(to_drop, listed.len() as i64);
+    assert!(
+        (1..4).contains(&to_drop),
+        "the cap leaves room for some leaves: {listed:?}"
+    );
+    assert!(listed.iter().all(|(_, _, proof)| proof == "range_bound"));
+    db.batch_execute("CALL retention.run()").unwrap();
+    let dropped = drops(&mut db);
+    let mut listed_drops: Vec<(String, i64)> =
+        listed.iter().map(|(p, n, _)| (p.clone(), *n)).collect();
+    listed_drops.sort();
+    assert_eq!(
+        dropped, listed_drops,
+        "the run drops exactly the leaves preview listed"
+    );
+    let removed = count(
+        &mut db,
+        "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method IN ('prune', 'drop_partition')",
+    );
+    assert_eq!(
+        removed, would_delete,
+        "would_delete counts dropped and swept rows"
+    );
+    assert!(would_delete <= 100);
+}
+
+#[test]
+fn a_drop_blocked_by_a_long_transaction_is_skipped_and_ledgered_without_blocking_inserts() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    policy(&mut db, "");
+    // A long transaction that has read the table: its ACCESS SHARE lock stays until it ends.
+    let mut long = c.connect("postgres");
+    long.batch_execute("BEGIN; SELECT count(*) FROM events;")
+        .unwrap();
+    // A writer inserting all along; a blocked insert would fail its 5 s statement timeout.
+    let url = c.url("postgres");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut w = Client::connect(&url, postgres::NoTls).unwrap();
+            w.batch_execute("SET statement_timeout = '5s'").unwrap();
+            let mut n = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                w.execute(
+                    "INSERT INTO events VALUES (100000 + $1::bigint, 0, now(), 'new')",
+                    &[&n],
+                )
+                .expect("an insert is never blocked by a partition drop");
+                n += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            n
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    db.batch_execute("CALL retention.run()").unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let inserted = writer.join().expect("the writer's inserts all succeeded");
+    assert!(
+        inserted > 10,
+        "the writer ran throughout ({inserted} inserts)"
+    );
+    assert!(
+        drops(&mut db).is_empty(),
+        "nothing is dropped while the long transaction holds its lock"
+    );
+    let skipped: Vec<String> = db
+        .query(
+            "SELECT detail->>'partition' FROM retention.ledger WHERE method = 'drop_skipped'",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        sorted(skipped),
+        public(&WHOLLY_EXPIRED),
+        "each put-off drop is ledgered"
+    );
+    for leaf in WHOLLY_EXPIRED {
+        assert!(exists(&mut db, leaf));
+    }
+    // The next run, with the long transaction gone, drops them.
+    long.batch_execute("COMMIT").unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        public(&WHOLLY_EXPIRED)
+    );
+    assert_eq!(expired(&mut db), 0);
+}
+
+#[test]
+fn archive_policies_on_partitioned_tables_and_mixed_classes_across_a_tree_are_refused() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    let (code, msg) = expect_error(
+        &mut db,
+        "SELECT retention.add_policy(name => 'a', relation => 'events', kind => 'age', age_column => 'created_at',
+                older_than => '5 days', action => 'archive_then_delete', terminal => 'true')",
+    );
+    assert_eq!(code, "0A000", "{msg}");
+    // An archive policy on one leaf, then a delete policy on the table above it: refused, the
+    // delete policy could drop audit rows before they are archived.
+    db.batch_execute(
+        "SELECT retention.add_policy(name => 'a', relation => 'events_m3', kind => 'age', age_column => 'created_at',
+                older_than => '5 days', action => 'archive_then_delete', terminal => 'true')",
+    )
+    .unwrap();
+    let (code, msg) = expect_error(
+        &mut db,
+        "SELECT retention.add_policy(name => 'd', relation => 'events', kind => 'age', age_column => 'created_at',
+                older_than => '5 days')",
+    );
+    assert_eq!(code, "RT102", "{msg}");
+}
+
+#[test]
+fn a_pg_partman_managed_parent_is_retired_while_pg_partman_premakes_new_leaves() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE SCHEMA partman;
+         CREATE EXTENSION pg_partman SCHEMA partman;
+         CREATE TABLE pm (id bigint NOT NULL, created_at timestamptz NOT NULL, PRIMARY KEY (id, created_at))
+           PARTITION BY RANGE (created_at);
+         SELECT partman.create_parent('public.pm', 'created_at', 'native', 'daily', p_premake := 2,
+                                      p_start_partition := (now() - interval '10 days')::text);
+         INSERT INTO pm SELECT g, now() - make_interval(hours => g) FROM generate_series(1, 240) g;
+         SELECT retention.add_policy(name => 'pm', relation => 'pm', kind => 'age',
+                age_column => 'created_at', older_than => '5 days');",
+    )
+    .unwrap();
+    let leaves = |db: &mut Client| -> Vec<String> {
+        db.query(
+            "SELECT relid::regclass::text FROM pg_partition_tree('pm') WHERE isleaf ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    let before = leaves(&mut db);
+    let to_drop: Vec<String> = db
+        .query(
+            "SELECT partition FROM retention.preview_partitions('pm')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(to_drop.len() >= 5, "the old daily leaves: {to_drop:?}");
+    let expired_before = count(
+        &mut db,
+        "SELECT count(*) FROM pm WHERE created_at < now() - interval '5 days'",
+    );
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM pm WHERE created_at < now() - interval '5 days'"
+        ),
+        0
+    );
+    let dropped: Vec<String> = drops(&mut db).into_iter().map(|d| d.0).collect();
+    assert_eq!(sorted(dropped.clone()), sorted(to_drop.clone()));
+    let after = leaves(&mut db);
+    assert_eq!(after.len(), before.len() - dropped.len());
+    assert!(
+        after.iter().any(|l| l == "pm_default"),
+        "pg_partman's default partition stays"
+    );
+    assert_eq!(
+        count(&mut db, "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method IN ('prune', 'drop_partition')"),
+        expired_before
+    );
+    // pg_partman keeps premaking: more future leaves, which the next run leaves alone.
+    db.batch_execute(
+        "UPDATE partman.part_config SET premake = 6 WHERE parent_table = 'public.pm';
+         SELECT partman.run_maintenance('public.pm');",
+    )
+    .unwrap();
+    let premade = leaves(&mut db);
+    assert!(
+        premade.len() > after.len(),
+        "pg_partman premade new leaves: {premade:?}"
+    );
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(leaves(&mut db), premade, "future leaves are never dropped");
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM pm"),
+        240 - expired_before
+    );
+}
