@@ -12,6 +12,18 @@ pub struct Db {
     client: Client,
 }
 
+/// A claimed batch and its slice.
+pub struct Claim {
+    /// The batch id.
+    pub batch: String,
+    /// Its slice, rendered by the claim.
+    pub slice: Vec<u8>,
+    /// Whether claiming again at once may find more (the batch is full, or the table is
+    /// partitioned and leaves after this one are left): a pass that claims nothing with more
+    /// has caught up.
+    pub more: bool,
+}
+
 /// A verified archive as the extension recorded it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveRecord {
@@ -76,17 +88,23 @@ impl Db {
         lease: Duration,
         owner: &str,
         resume: bool,
-    ) -> Result<Option<(String, Vec<u8>)>> {
+    ) -> Result<Option<Claim>> {
         let row = self
             .client
             .query_one(
-                "SELECT c.batch::text, c.slice FROM retention.claim_slice($1, $2, make_interval(secs => $3), $4, $5) c",
+                "SELECT c.batch::text, c.slice, c.more FROM retention.claim_slice($1, $2, make_interval(secs => $3), $4, $5) c",
                 &[&policy, &rows, &secs(lease), &owner, &resume],
             )
             .await?;
         let batch: Option<String> = row.get(0);
         let slice: Option<Vec<u8>> = row.get(1);
-        Ok(batch.map(|b| (b, slice.unwrap_or_default())))
+        let more: Option<bool> = row.get(2);
+        Ok(batch.map(|batch| Claim {
+            batch,
+            slice: slice.unwrap_or_default(),
+            // Never NULL beside a batch; if it were, going on is the safe reading.
+            more: more.unwrap_or(true),
+        }))
     }
 
     /// The batch's manifest, without the digest and sizes (the pipeline computes those from

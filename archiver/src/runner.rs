@@ -50,7 +50,7 @@ async fn policies(ctx: &Context) -> Result<Vec<String>> {
 /// What one pass over the archive policies did.
 #[derive(Default)]
 struct Pass {
-    /// Some claim filled its batch: the policies have more.
+    /// Some claim said there may be more (`Verified::more`).
     progressed: bool,
     /// Batches pruned.
     pruned: u64,
@@ -95,7 +95,7 @@ async fn pass(
         match next {
             Ok(Some(v)) => {
                 p.claimed += 1;
-                p.progressed |= v.full(ctx.settings.batch_rows);
+                p.progressed |= v.more;
                 *in_flight = Some(v);
             }
             Ok(None) => {}
@@ -108,8 +108,8 @@ async fn pass(
     p
 }
 
-/// Archives until a pass over the policies claims no full batch (every claim came back short or
-/// empty: it caught up with the eligible rows) or `max_batches` batches are done. Stops at the
+/// Archives until a pass over the policies claims no batch that says there may be more (every
+/// claim came back short of a table's last leaf, or empty: it caught up with the eligible rows) or `max_batches` batches are done. Stops at the
 /// first batch that fails or is refused (after releasing it) and returns its error; a batch
 /// already verified by then is still pruned first.
 pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {

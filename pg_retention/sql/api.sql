@@ -518,11 +518,11 @@ AS $fn$ SELECT (retention._result(retention._claim_batch(policy, max_rows, lease
 CREATE FUNCTION retention.claim_slice(policy text, max_rows int DEFAULT 10000,
                                       lease interval DEFAULT '10 minutes', owner text DEFAULT NULL,
                                       resume boolean DEFAULT true,
-                                      OUT batch uuid, OUT slice bytea)
+                                      OUT batch uuid, OUT slice bytea, OUT more boolean)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice
+AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice, c.more
           FROM retention._claim_slice(policy, max_rows, lease::text, owner, resume) c $fn$;
 
 -- The enabled archive policies: what an archiver has to work on.

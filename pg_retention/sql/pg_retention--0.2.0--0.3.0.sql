@@ -188,7 +188,7 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_bound_wrapper';
 
--- pg_retention/src/api/archive.rs:66
+-- pg_retention/src/api/archive.rs:74
 -- pg_retention::api::archive::_batch_frames
 CREATE OR REPLACE FUNCTION "_batch_frames"(
 	"batch" TEXT /* & str */
@@ -201,7 +201,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_frames_wrapper';
 
--- pg_retention/src/api/archive.rs:57
+-- pg_retention/src/api/archive.rs:65
 -- pg_retention::api::archive::_batch_manifest
 CREATE OR REPLACE FUNCTION "_batch_manifest"(
 	"batch" TEXT, /* & str */
@@ -223,7 +223,7 @@ STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_quota_wrapper';
 
--- pg_retention/src/api/archive.rs:85
+-- pg_retention/src/api/archive.rs:93
 -- pg_retention::api::archive::_batch_slice
 CREATE OR REPLACE FUNCTION "_batch_slice"(
 	"batch" TEXT /* & str */
@@ -249,7 +249,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_claim_batch_wrapper';
 
--- pg_retention/src/api/archive.rs:30
+-- pg_retention/src/api/archive.rs:31
 -- pg_retention::api::archive::_claim_slice
 CREATE OR REPLACE FUNCTION "_claim_slice"(
 	"policy" TEXT, /* Option < & str > */
@@ -259,14 +259,15 @@ CREATE OR REPLACE FUNCTION "_claim_slice"(
 	"resume" bool /* Option < bool > */
 ) RETURNS TABLE (
 	"result" jsonb,  /* pgrx :: JsonB */
-	"slice" bytea  /* :: std :: option :: Option < Vec < u8 > > */
+	"slice" bytea,  /* :: std :: option :: Option < Vec < u8 > > */
+	"more" bool  /* bool */
 )
 SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_claim_slice_wrapper';
 
--- pg_retention/src/api/archive.rs:113
+-- pg_retention/src/api/archive.rs:121
 -- pg_retention::api::archive::_complete_batch
 CREATE OR REPLACE FUNCTION "_complete_batch"(
 	"batch" TEXT, /* Option < & str > */
@@ -292,7 +293,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_define_policy_wrapper';
 
--- pg_retention/src/api/archive.rs:98
+-- pg_retention/src/api/archive.rs:106
 -- pg_retention::api::archive::_extend_lease
 CREATE OR REPLACE FUNCTION "_extend_lease"(
 	"batch" TEXT, /* & str */
@@ -303,7 +304,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_extend_lease_wrapper';
 
--- pg_retention/src/guard.rs:121
+-- pg_retention/src/guard.rs:131
 -- pg_retention::guard::_fixpoint_eligible
 CREATE OR REPLACE FUNCTION "_fixpoint_eligible"(
 	"policy_id" bigint, /* i64 */
@@ -409,7 +410,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_preloaded_wrapper';
 
--- pg_retention/src/api/archive.rs:105
+-- pg_retention/src/api/archive.rs:113
 -- pg_retention::api::archive::_release_batch
 CREATE OR REPLACE FUNCTION "_release_batch"(
 	"batch" TEXT, /* & str */
@@ -1048,11 +1049,11 @@ AS $fn$ SELECT (retention._result(retention._claim_batch(policy, max_rows, lease
 CREATE OR REPLACE FUNCTION retention.claim_slice(policy text, max_rows int DEFAULT 10000,
                                       lease interval DEFAULT '10 minutes', owner text DEFAULT NULL,
                                       resume boolean DEFAULT true,
-                                      OUT batch uuid, OUT slice bytea)
+                                      OUT batch uuid, OUT slice bytea, OUT more boolean)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice
+AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice, c.more
           FROM retention._claim_slice(policy, max_rows, lease::text, owner, resume) c $fn$;
 
 -- The enabled archive policies: what an archiver has to work on.

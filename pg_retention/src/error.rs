@@ -19,13 +19,6 @@ pub enum RetentionError {
         detail: String,
         hint: String,
     },
-    /// Something PostgreSQL allows that pg_retention does not govern (yet) (0A000).
-    #[error("{message}")]
-    NotSupported {
-        message: String,
-        detail: String,
-        hint: String,
-    },
     /// A named column does not exist (42703).
     #[error("column {column} does not exist in {relation}")]
     UndefinedColumn { relation: String, column: String },
@@ -146,7 +139,6 @@ impl RetentionError {
     pub fn sqlstate(&self) -> &'static str {
         match self {
             RetentionError::InvalidParameter { .. } => "22023",
-            RetentionError::NotSupported { .. } => "0A000",
             RetentionError::UndefinedColumn { .. } => "42703",
             RetentionError::WrongType { .. } => "42804",
             RetentionError::NoPrimaryKey { .. } => "42P10",
@@ -168,8 +160,7 @@ impl RetentionError {
 
     fn detail(&self) -> Option<String> {
         match self {
-            RetentionError::InvalidParameter { detail, .. }
-            | RetentionError::NotSupported { detail, .. } => Some(detail.clone()),
+            RetentionError::InvalidParameter { detail, .. } => Some(detail.clone()),
             RetentionError::UndefinedColumn { relation, column } => {
                 Some(format!("No column named {column} exists in {relation}."))
             }
@@ -200,7 +191,6 @@ impl RetentionError {
     fn hint(&self) -> Option<String> {
         match self {
             RetentionError::InvalidParameter { hint, .. }
-            | RetentionError::NotSupported { hint, .. }
             | RetentionError::WrongState { hint, .. }
             | RetentionError::Privilege { hint, .. } => Some(hint.clone()),
             RetentionError::UndefinedColumn { .. } => {

@@ -5,6 +5,9 @@
 //!   an age, so it always reaches the window), refused when existing rows violate it; and
 //! * a BEFORE UPDATE trigger that refuses to update a row that is already archive-eligible.
 //!
+//! On a partitioned table both are declared on it and PostgreSQL carries them to every
+//! partition, also those created or attached later.
+//!
 //! The digest check of `complete_batch` still protects every column where these cannot.
 
 use crate::catalog::{Action, Policy, PolicySpec, RelationInfo};
@@ -38,8 +41,9 @@ pub fn install(id: i64, spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
     let violating = crate::author::run_as(crate::catalog::caller_oid(), || {
         crate::error::present(
             Spi::get_one::<i64>(&format!(
-                "SELECT count(*) FROM ONLY {} t WHERE NOT ({check})",
-                rel.qualified
+                "SELECT count(*) FROM {only}{} t WHERE NOT ({check})",
+                rel.qualified,
+                only = if rel.relkind == "p" { "" } else { "ONLY " },
             ))?,
             "count(*)",
         )
@@ -99,14 +103,20 @@ fn fixpoint_eligible(policy_id: i64, relation: u32, row: pgrx::AnyElement) -> Re
         // The policy was dropped and its guard with it; a trigger left behind guards nothing.
         return Ok(false);
     };
-    if policy.relation != relation || policy.action != Action::ArchiveThenDelete {
+    // A partition's copy of the guard fires with the partition's oid.
+    let governed = policy.relation == relation
+        || crate::catalog::optional_one::<bool, _>(
+            "SELECT $1::bigint::oid IN (SELECT a.relid FROM pg_catalog.pg_partition_ancestors($2::bigint::oid) a)",
+            &[i64::from(policy.relation).into(), i64::from(relation).into()],
+        )? == Some(true);
+    if !governed || policy.action != Action::ArchiveThenDelete {
         return Err(RetentionError::invalid(
             format!("policy {} does not guard this table", policy.name),
             format!("The guard was called for table oid {relation}."),
             "Fixpoint guards are installed by retention.add_policy; do not create them by hand.",
         ));
     }
-    let rowtype = RelationInfo::row_type(policy.relation, &policy.relation_name)?;
+    let rowtype = RelationInfo::row_type(relation, &policy.relation_name)?;
     let Some(eligible) = eligible_sql(&policy) else {
         return Err(RetentionError::Internal(
             "archive policy without terminal, age_column or older_than".into(),

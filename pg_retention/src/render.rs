@@ -382,7 +382,9 @@ pub fn render_at(
 /// Frames of up to `limit` rows of the table matching `condition` (over alias `t`).
 pub fn sample_frames(rel: &RelationInfo, condition: &str, limit: i64) -> Result<Rendered> {
     let sql = format!(
-        "SELECT {cols} FROM ONLY {table} t WHERE {condition} LIMIT {limit}",
+        "SELECT {cols} FROM {only}{table} t WHERE {condition} LIMIT {limit}",
+        // A partitioned table's rows are in its partitions.
+        only = if rel.relkind == "p" { "" } else { "ONLY " },
         cols = rel.column_list(),
         table = rel.qualified,
     );

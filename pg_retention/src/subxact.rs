@@ -10,38 +10,7 @@ use std::panic::AssertUnwindSafe;
 /// `Err` or raises (the error then goes on up). The caller's memory context and resource owner
 /// come back either way, as in PL/pgSQL's exception blocks.
 pub fn atomically<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    // Safety: the begin/release/rollback calls pair up on every path below, in the same
-    // backend and at the same SPI level (`f` closes every SPI connection it opens); the saved
-    // context and owner are the caller's and outlive the subtransaction.
-    unsafe {
-        let context = pg_sys::CurrentMemoryContext;
-        let owner = pg_sys::CurrentResourceOwner;
-        let restore = move || {
-            pg_sys::MemoryContextSwitchTo(context);
-            pg_sys::CurrentResourceOwner = owner;
-        };
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(context);
-        let result = PgTryBuilder::new(AssertUnwindSafe(f))
-            .catch_others(|e| {
-                pg_sys::RollbackAndReleaseCurrentSubTransaction();
-                restore();
-                e.rethrow()
-            })
-            .execute();
-        match result {
-            Ok(value) => {
-                pg_sys::ReleaseCurrentSubTransaction();
-                restore();
-                Ok(value)
-            }
-            Err(e) => {
-                pg_sys::RollbackAndReleaseCurrentSubTransaction();
-                restore();
-                Err(e)
-            }
-        }
-    }
+    subtransaction(f, |_| true, None)
 }
 
 /// What [`unless_busy`] did.
@@ -58,8 +27,25 @@ pub enum Attempt<T> {
 /// an `Err`, or a lock that is not granted (55P03, 40P01) roll it back with every lock it took.
 /// Any other error raised inside goes on up, as in [`atomically`].
 pub fn unless_busy<T>(f: impl FnOnce() -> Result<Option<T>>) -> Result<Attempt<T>> {
-    // Safety: as in `atomically`; the catch handlers roll back and restore, and the paths
-    // after `execute` handle only what no handler has.
+    subtransaction(
+        || f().map(|v| v.map_or(Attempt::Declined, Attempt::Done)),
+        |a| matches!(a, Attempt::Done(_)),
+        Some(|| Attempt::Busy),
+    )
+}
+
+/// Runs `f` in a subtransaction, released when it returns `Ok(r)` with `keep(&r)`, rolled
+/// back otherwise. With `busy`, a lock not granted in time is caught: rolled back, and
+/// `busy()` returned. Anything else raised rolls back and goes on up.
+fn subtransaction<R>(
+    f: impl FnOnce() -> Result<R>,
+    keep: impl Fn(&R) -> bool,
+    busy: Option<fn() -> R>,
+) -> Result<R> {
+    // Safety: the begin/release/rollback calls pair up on every path below, in the same
+    // backend and at the same SPI level (`f` closes every SPI connection it opens); the saved
+    // context and owner are the caller's and outlive the subtransaction. A catch handler that
+    // rolls back says so, and the paths after `execute` then do nothing more.
     unsafe {
         let context = pg_sys::CurrentMemoryContext;
         let owner = pg_sys::CurrentResourceOwner;
@@ -69,36 +55,35 @@ pub fn unless_busy<T>(f: impl FnOnce() -> Result<Option<T>>) -> Result<Attempt<T
         };
         pg_sys::BeginInternalSubTransaction(std::ptr::null());
         pg_sys::MemoryContextSwitchTo(context);
-        let busy = move |_| {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            restore();
-            Ok(Attempt::Busy)
-        };
-        let result = PgTryBuilder::new(AssertUnwindSafe(|| {
-            f().map(|v| match v {
-                Some(v) => Attempt::Done(v),
-                None => Attempt::Declined,
-            })
-        }))
-        .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, busy)
-        .catch_when(PgSqlErrorCode::ERRCODE_T_R_DEADLOCK_DETECTED, busy)
-        .catch_others(|e| {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-            restore();
-            e.rethrow()
-        })
-        .execute();
-        match result {
-            Ok(Attempt::Busy) => Ok(Attempt::Busy),
-            Ok(Attempt::Done(value)) => {
-                pg_sys::ReleaseCurrentSubTransaction();
-                restore();
-                Ok(Attempt::Done(value))
-            }
-            Ok(Attempt::Declined) | Err(_) => {
+        let mut builder = PgTryBuilder::new(AssertUnwindSafe(|| f().map(|r| (r, false))));
+        if let Some(busy) = busy {
+            let caught = move |_| {
                 pg_sys::RollbackAndReleaseCurrentSubTransaction();
                 restore();
-                result
+                Ok((busy(), true))
+            };
+            builder = builder
+                .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, caught)
+                .catch_when(PgSqlErrorCode::ERRCODE_T_R_DEADLOCK_DETECTED, caught);
+        }
+        let result = builder
+            .catch_others(|e| {
+                pg_sys::RollbackAndReleaseCurrentSubTransaction();
+                restore();
+                e.rethrow()
+            })
+            .execute();
+        match result {
+            Ok((r, true)) => Ok(r),
+            Ok((r, false)) if keep(&r) => {
+                pg_sys::ReleaseCurrentSubTransaction();
+                restore();
+                Ok(r)
+            }
+            other => {
+                pg_sys::RollbackAndReleaseCurrentSubTransaction();
+                restore();
+                other.map(|(r, _)| r)
             }
         }
     }

@@ -5,6 +5,7 @@
 //! next run drops, a drop never waits behind a long transaction, and pg_partman's trees are
 //! retired while pg_partman premakes new leaves.
 
+use pg_retention_integration::archiver::{self, Archiver};
 use pg_retention_integration::{expect_error, scalar, Cluster};
 use postgres::Client;
 use std::time::Duration;
@@ -639,18 +640,12 @@ fn a_drop_blocked_by_a_long_transaction_is_skipped_and_ledgered_without_blocking
 }
 
 #[test]
-fn archive_policies_on_partitioned_tables_and_mixed_classes_across_a_tree_are_refused() {
+fn a_delete_policy_on_a_partitioned_table_with_an_archive_policy_on_a_leaf_is_refused() {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");
     events(&mut db);
-    let (code, msg) = expect_error(
-        &mut db,
-        "SELECT retention.add_policy(name => 'a', relation => 'events', kind => 'age', age_column => 'created_at',
-                older_than => '5 days', action => 'archive_then_delete', terminal => 'true')",
-    );
-    assert_eq!(code, "0A000", "{msg}");
     // An archive policy on one leaf, then a delete policy on the table above it: refused, the
-    // delete policy could drop audit rows before they are archived.
+    // delete policy could drop audit rows before they are archived; and the other way round.
     db.batch_execute(
         "SELECT retention.add_policy(name => 'a', relation => 'events_m3', kind => 'age', age_column => 'created_at',
                 older_than => '5 days', action => 'archive_then_delete', terminal => 'true')",
@@ -662,6 +657,155 @@ fn archive_policies_on_partitioned_tables_and_mixed_classes_across_a_tree_are_re
                 older_than => '5 days')",
     );
     assert_eq!(code, "RT102", "{msg}");
+    db.batch_execute("SELECT retention.drop_policy('a')")
+        .unwrap();
+    policy(&mut db, "");
+    let (code, msg) = expect_error(
+        &mut db,
+        "SELECT retention.add_policy(name => 'a', relation => 'events_m3', kind => 'age', age_column => 'created_at',
+                older_than => '5 days', action => 'archive_then_delete', terminal => 'true')",
+    );
+    assert_eq!(code, "RT102", "{msg}");
+}
+
+/// `events` under an archive policy (terminal: all rows but tenant 2's from 5 days ago at
+/// midnight on, which are open), with `expected` a copy of the eligible rows; archived by `once` with batches of
+/// `batch_rows` rows, then every slice verified and restored: the restored rows are exactly
+/// the rows gone from the table. Returns the leaves dropped whole and the rows deleted one by
+/// one (pruned).
+fn archive_partitioned(batch_rows: &str) -> (Vec<String>, i64) {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    db.batch_execute(
+        "UPDATE events SET payload = 'open' WHERE tenant = 2 AND created_at >= date_trunc('day', now()) - interval '5 days';
+         SELECT retention.add_policy(name => 'ev', relation => 'events', kind => 'age', age_column => 'created_at',
+                older_than => '5 days', terminal => $$payload <> 'open'$$, action => 'archive_then_delete');
+         CREATE TABLE expected AS SELECT * FROM events
+          WHERE payload <> 'open' AND created_at < now() - interval '5 days';",
+    )
+    .unwrap();
+    let want = count(&mut db, "SELECT count(*) FROM expected");
+    assert!(want > 100);
+    // The fixpoint guard reaches every leaf: an eligible row cannot change.
+    let (code, msg) = expect_error(
+        &mut db,
+        "UPDATE events SET payload = 'changed' WHERE id = 200",
+    );
+    assert_eq!(code, "RT501", "{msg}");
+    let dir = std::env::temp_dir().join(format!(
+        "pg-retention-partitions-{}-{}",
+        std::process::id(),
+        pg_retention_integration::ports::free_ports(1)[0]
+    ));
+    let a = Archiver::new(&c.url("postgres"), &format!("file://{}", dir.display()));
+    let o = a.run(&["once", "--batch-rows", batch_rows]);
+    assert!(o.status.success(), "{}", archiver::text(&o));
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM events WHERE payload <> 'open' AND created_at < now() - interval '5 days'"),
+        0,
+        "every eligible row is archived and gone"
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT sum(deleted)::bigint FROM retention.archives"
+        ),
+        want
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM events WHERE payload = 'open'"),
+        count(&mut db, "SELECT count(*) FROM events WHERE tenant = 2 AND created_at >= date_trunc('day', now()) - interval '5 days'"),
+        "rows that are not terminal stay"
+    );
+    let o = a.run(&["verify", "--all"]);
+    assert!(o.status.success(), "{}", archiver::text(&o));
+    let o = a.run(&["ls"]);
+    assert!(o.status.success(), "{}", archiver::text(&o));
+    let keys: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
+        .collect();
+    let mut union = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let o = a.run(&["restore", key, "--into", &format!("public.restored_{i}")]);
+        assert!(o.status.success(), "{}", archiver::text(&o));
+        union.push(format!("SELECT * FROM restored_{i}"));
+    }
+    let restored = union.join(" UNION ALL ");
+    assert_eq!(
+        count(&mut db, &format!("SELECT count(*) FROM ({restored}) r")),
+        want
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            &format!("SELECT count(*) FROM (SELECT * FROM expected EXCEPT ALL ({restored})) d")
+        ),
+        0,
+        "the restored rows are exactly the rows archived and gone"
+    );
+    let dropped: Vec<(String, i64, bool)> = db
+        .query(
+            "SELECT l.detail->>'partition', l.rows, a.deleted = l.rows
+               FROM retention.ledger l JOIN retention.archives a ON a.id = l.archive_id
+              WHERE l.method = 'drop_partition' ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    for (leaf, rows, same) in &dropped {
+        assert!(
+            same,
+            "{leaf}: the drop rests on an archive of exactly its {rows} rows"
+        );
+        assert!(
+            !exists(&mut db, leaf.trim_start_matches("public.")),
+            "{leaf} is dropped"
+        );
+    }
+    assert!(
+        exists(&mut db, "events_default"),
+        "the default partition is never dropped"
+    );
+    let pruned = count(
+        &mut db,
+        "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune'",
+    );
+    let dropped_rows: i64 = dropped.iter().map(|d| d.1).sum();
+    assert_eq!(
+        pruned + dropped_rows,
+        want,
+        "each archived row went by a prune or a drop"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    (dropped.into_iter().map(|d| d.0).collect(), pruned)
+}
+
+#[test]
+fn archive_then_drop_restores_equal_to_the_dropped_rows() {
+    // Batches of up to 100 rows hold a whole day's leaf (24 rows): every wholly expired leaf is
+    // archived in one batch and dropped.
+    let (dropped, pruned) = archive_partitioned("100");
+    assert_eq!(sorted(dropped), public(&WHOLLY_EXPIRED));
+    assert!(
+        pruned > 0,
+        "the partly expired leaf and the default partition are pruned by rows"
+    );
+}
+
+#[test]
+fn archive_then_delete_on_a_partitioned_table_archives_leaf_by_leaf() {
+    // Batches of 10 rows: a leaf's first two batches are archived and deleted, and the leaf goes
+    // with the batch that holds its last 4 rows.
+    let (dropped, pruned) = archive_partitioned("10");
+    assert_eq!(sorted(dropped), public(&WHOLLY_EXPIRED));
+    assert!(
+        pruned >= 5 * 20,
+        "each expired leaf's first 20 rows were deleted ({pruned})"
+    );
 }
 
 #[test]

@@ -52,16 +52,11 @@ pub struct Verified {
     digest: String,
     rows: u64,
     bytes: u64,
+    /// The claim says claiming again at once may find more (a full batch, or more leaves of a
+    /// partitioned table). Otherwise the claim caught up with the eligible rows: claiming again
+    /// at once would only read the table's unexpired rows again for the few that aged since.
+    pub more: bool,
     extender: tokio::task::JoinHandle<()>,
-}
-
-impl Verified {
-    /// Whether the claim filled the batch. A short batch means the claim caught up with the
-    /// eligible rows: claiming again at once would only read the table's unexpired rows again
-    /// for the few that aged past the cutoff since.
-    pub fn full(&self, batch_rows: i32) -> bool {
-        self.rows >= u64::try_from(batch_rows).unwrap_or(0)
-    }
 }
 
 /// Claims a batch of `policy`, writes its slice and manifest and reads them back. None when
@@ -69,7 +64,7 @@ impl Verified {
 /// must be false while another batch of ours is in flight, or it would hand back that one.
 pub async fn prepare(ctx: &Context, policy: &str, resume: bool) -> Result<Option<Verified>> {
     let s = &ctx.settings;
-    let Some((batch, slice)) = ctx
+    let Some(crate::db::Claim { batch, slice, more }) = ctx
         .db
         .claim(policy, s.batch_rows, s.lease, &s.owner, resume)
         .await?
@@ -87,6 +82,7 @@ pub async fn prepare(ctx: &Context, policy: &str, resume: bool) -> Result<Option
             digest: w.digest,
             rows: w.rows,
             bytes: w.bytes,
+            more,
             extender,
         })),
         Err(e) => {
@@ -210,22 +206,6 @@ async fn write_and_verify(
 mod tests {
     use super::*;
     use std::time::Duration;
-
-    #[tokio::test]
-    async fn a_batch_is_full_when_the_claim_filled_it() {
-        let v = |rows| Verified {
-            policy: "p".into(),
-            batch: "b".into(),
-            key: String::new(),
-            digest: String::new(),
-            rows,
-            bytes: 0,
-            extender: tokio::spawn(async {}),
-        };
-        assert!(v(100).full(100));
-        assert!(v(101).full(100));
-        assert!(!v(99).full(100));
-    }
 
     #[test]
     fn the_lease_is_extended_three_times_per_lease_and_never_in_a_busy_loop() {

@@ -26,7 +26,8 @@ fn _claim_batch(
 }
 
 /// Claims a batch and renders its slice from the rows the claim read: one row of
-/// (`{"ok": uuid-or-null}` or `{"error": …}`, the slice or NULL).
+/// (`{"ok": uuid-or-null}` or `{"error": …}`, the slice or NULL, whether claiming again at once
+/// may find more).
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _claim_slice(
@@ -35,7 +36,14 @@ fn _claim_slice(
     lease: Option<&str>,
     owner: Option<&str>,
     resume: Option<bool>,
-) -> TableIterator<'static, (name!(result, pgrx::JsonB), name!(slice, Option<Vec<u8>>))> {
+) -> TableIterator<
+    'static,
+    (
+        name!(result, pgrx::JsonB),
+        name!(slice, Option<Vec<u8>>),
+        name!(more, bool),
+    ),
+> {
     let claimed = (|| {
         claim::claim_with_slice(
             required(policy, "policy")?,
@@ -45,12 +53,12 @@ fn _claim_slice(
             required(resume, "resume")?,
         )
     })();
-    let (result, slice) = match claimed {
-        Ok(Some((batch, slice))) => (outcome(Ok(Some(batch))), Some(slice)),
-        Ok(None) => (outcome(Ok(None::<String>)), None),
-        Err(e) => (outcome(Err::<(), _>(e)), None),
+    let (result, slice, more) = match claimed {
+        Ok(Some((batch, slice, more))) => (outcome(Ok(Some(batch))), Some(slice), more),
+        Ok(None) => (outcome(Ok(None::<String>)), None, false),
+        Err(e) => (outcome(Err::<(), _>(e)), None, false),
     };
-    TableIterator::once((result, slice))
+    TableIterator::once((result, slice, more))
 }
 
 /// The manifest of a batch.

@@ -3,14 +3,15 @@
 
 use super::{lease, owner_may_archive, slice};
 use crate::catalog::{
-    active_holds, caller, prepared, Action, Batch, KeyRange, Kind, LedgerEntry, LedgerMethod,
-    NewBatch, Policy, RelationInfo, Texts,
+    active_holds, caller, partition, prepared, Action, Batch, KeyRange, Kind, LedgerEntry,
+    LedgerMethod, NewBatch, Policy, RelationInfo, Texts,
 };
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::validate::interval_sign;
 use crate::error::{Result, RetentionError};
 use crate::render::{render_rows, Extremes, Rendered, RowLayout, Statement};
 use crate::sql_text::ident;
+use pgrx::prelude::*;
 use serde_json::json;
 
 fn archive_policy(name: &str) -> Result<Policy> {
@@ -39,33 +40,45 @@ pub fn claim(
     lease: &str,
     owner: Option<&str>,
 ) -> Result<Option<String>> {
-    Ok(claim_rendering(name, max_rows, lease, owner, true, false)?.map(|(batch, _)| batch))
+    Ok(claim_rendering(name, max_rows, lease, owner, true, false)?.map(|c| c.batch))
+}
+
+/// A claimed batch.
+pub struct Claimed {
+    /// Its id.
+    pub batch: String,
+    /// Its slice, when the claim rendered it.
+    pub slice: Option<Vec<u8>>,
+    /// Whether claiming again at once may find more: the batch is full (or resumed), or a
+    /// partitioned table has leaves after the one claimed from. A short batch of a table means
+    /// the claim read past its last eligible row.
+    pub more: bool,
 }
 
 /// [`claim`], and the batch's slice: rendered from the rows the claim itself read and locked,
 /// so the rows are read once for both (a resumed batch is rendered from its stored key set).
 /// Without `resume` an owner's unfinished batch is left alone (an archiver with one batch in
-/// flight claims the next).
+/// flight claims the next). Returns the batch, its slice and [`Claimed::more`].
 pub fn claim_with_slice(
     name: &str,
     max_rows: i32,
     lease: &str,
     owner: Option<&str>,
     resume: bool,
-) -> Result<Option<(String, Vec<u8>)>> {
+) -> Result<Option<(String, Vec<u8>, bool)>> {
     // The claim commits without waiting for its WAL to reach disk (the wait was a tenth of an
     // archiver's batch). A claim lost to a crash loses nothing but the claim: no row was
     // touched, and objects written for it are never pruned against (its batch id is gone). The
     // batch's prune commits with the session's own setting, which flushes the claim too.
     prepared::commit_unflushed()?;
-    match claim_rendering(name, max_rows, lease, owner, resume, true)? {
-        None => Ok(None),
-        Some((batch, Some(slice))) => Ok(Some((batch, slice))),
-        Some((batch, None)) => {
-            let slice = slice::batch_slice(&batch)?;
-            Ok(Some((batch, slice)))
-        }
-    }
+    let Some(c) = claim_rendering(name, max_rows, lease, owner, resume, true)? else {
+        return Ok(None);
+    };
+    let slice = match c.slice {
+        Some(slice) => slice,
+        None => slice::batch_slice(&c.batch)?,
+    };
+    Ok(Some((c.batch, slice, c.more)))
 }
 
 /// A claim; with `render`, the slice of a newly claimed batch too.
@@ -76,7 +89,7 @@ fn claim_rendering(
     owner: Option<&str>,
     resume: bool,
     render: bool,
-) -> Result<Option<(String, Option<Vec<u8>>)>> {
+) -> Result<Option<Claimed>> {
     let policy = archive_policy(name)?;
     if max_rows < 1 {
         return Err(RetentionError::invalid(
@@ -94,14 +107,77 @@ fn claim_rendering(
     }
     if let Some(owner) = owner.filter(|_| resume) {
         if let Some(batch) = lease::resume(&policy, owner, lease)? {
-            return Ok(Some((batch, None)));
+            return Ok(Some(Claimed {
+                batch,
+                slice: None,
+                more: true,
+            }));
         }
     }
     lease::expire_leases(&policy)?;
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
     owner_may_archive(&policy, &rel)?;
-    let holds = active_holds(policy.relation)?;
-    let elig = Eligibility::new(&policy, &rel, &holds)?;
+    // A partitioned table is claimed leaf by leaf: a batch's rows lie in one leaf, where they
+    // are addressed by ctid as in a table of its own (the batch's relation is the leaf).
+    let targets = if rel.relkind == "p" {
+        claimable_leaves(&policy, &rel)?
+    } else {
+        vec![rel]
+    };
+    for (i, target) in targets.iter().enumerate() {
+        if let Some(mut claimed) = claim_in(&policy, target, max_rows, lease, owner, render)? {
+            claimed.more |= i + 1 < targets.len();
+            return Ok(Some(claimed));
+        }
+    }
+    Ok(None)
+}
+
+/// The leaves of a partitioned table that can hold eligible rows: all but those whose range
+/// bound on the age column starts at or after the cutoff.
+fn claimable_leaves(policy: &Policy, rel: &RelationInfo) -> Result<Vec<RelationInfo>> {
+    let age = policy
+        .age_column
+        .as_deref()
+        .ok_or_else(|| RetentionError::Internal("an archive policy without age_column".into()))?;
+    let age_type = &rel.column(age)?.type_name;
+    let window = policy
+        .older_than
+        .as_deref()
+        .ok_or_else(|| RetentionError::Internal("an archive policy without older_than".into()))?;
+    let mut targets = Vec::new();
+    for leaf in partition::leaves(rel.oid, Some(age))? {
+        let mut young = false;
+        for lower in leaf
+            .age_bounds
+            .lower
+            .iter()
+            .filter_map(|b| partition::bound_value(b))
+        {
+            young |= Spi::get_one_with_args::<bool>(
+                &format!("SELECT $1::text::{age_type} >= now() - $2::interval"),
+                &[lower.as_str().into(), window.into()],
+            )? == Some(true);
+        }
+        if !young {
+            targets.push(RelationInfo::load(leaf.oid, &leaf.qualified)?);
+        }
+    }
+    Ok(targets)
+}
+
+/// A claim in one table (the policy's, or a leaf of it); `more` when it filled the batch.
+fn claim_in(
+    policy: &Policy,
+    rel: &RelationInfo,
+    max_rows: i32,
+    lease: &str,
+    owner: Option<&str>,
+    render: bool,
+) -> Result<Option<Claimed>> {
+    owner_may_archive(policy, rel)?;
+    let holds = active_holds(rel.oid)?;
+    let elig = Eligibility::new(policy, rel, &holds)?;
     if elig.kind() != Kind::Age {
         return Err(RetentionError::Internal(
             "archive policies are age policies".into(),
@@ -111,17 +187,17 @@ fn claim_rendering(
     // never reads again past the rows earlier batches pruned (whose dead index entries stay
     // until vacuum). Rows behind the watermark (released batches, rows that became eligible
     // later) are claimed when a claim from the watermark finds nothing and starts over.
-    let mut watermark = Batch::watermark(policy.id)?;
+    let mut watermark = Batch::watermark(policy.id, rel.oid)?;
     let (claimed, age) = loop {
         // Only live batches ending after the watermark: a claim that starts there cannot
         // reach the others, and leaving them out keeps its plan an ordered walk of the primary
         // key. Each range is a condition that lowers the planner's row estimate, and with a
         // few dozen of them it fell below the claim's limit, so the planner read every eligible
         // row and sorted them (1.1 s and a 156 MB sort on disk per claim, against ~30 ms).
-        let live = Batch::live_ranges(&rel, watermark.as_deref())?;
+        let live = Batch::live_ranges(rel, watermark.as_deref())?;
         let (claimed, age) = claim_keys(
-            &policy,
-            &rel,
+            policy,
+            rel,
             &elig,
             max_rows,
             watermark.as_deref(),
@@ -137,7 +213,8 @@ fn claim_rendering(
         return Ok(None);
     }
     let (batch, rows) = Batch::insert_claimed(NewBatch {
-        policy: &policy,
+        policy,
+        relation: rel,
         owner,
         keys: claimed.keys,
         arity: rel.pk.len(),
@@ -147,7 +224,7 @@ fn claim_rendering(
     })?;
     LedgerEntry {
         method: LedgerMethod::Claim,
-        policy: Some(&policy),
+        policy: Some(policy),
         relation: None,
         rows,
         hold_ids: holds.iter().map(|h| h.id).collect(),
@@ -156,7 +233,11 @@ fn claim_rendering(
         detail: json!({ "batch": batch, "lease": lease }),
     }
     .append()?;
-    Ok(Some((batch, render.then_some(claimed.slice))))
+    Ok(Some(Claimed {
+        batch,
+        slice: render.then_some(claimed.slice),
+        more: rows >= i64::from(max_rows),
+    }))
 }
 
 /// A text[] literal of `key`.

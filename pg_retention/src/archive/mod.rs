@@ -7,6 +7,7 @@
 //! `verify.rs` (the in-transaction check that gates it).
 
 pub mod claim;
+mod leaf_drop;
 pub mod lease;
 pub mod prune;
 pub mod slice;

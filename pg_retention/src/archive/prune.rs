@@ -2,10 +2,12 @@
 //! hold and no reference keeps, render the rows kept, and check the whole batch against the
 //! archive (`verify.rs`) before anything is recorded. All of it in the caller's transaction.
 
+use super::leaf_drop::Dropped;
 use super::verify::{in_claim_order, matches_archive, Archived};
 use super::{batch_policy, owner_may_archive};
 use crate::catalog::{
-    caller, ArchiveRecord, Batch, BatchState, HoldFence, LedgerEntry, LedgerMethod,
+    caller, ArchiveRecord, Batch, BatchState, HoldFence, LedgerEntry, LedgerMethod, Policy,
+    RelationInfo,
 };
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::error::{Result, RetentionError};
@@ -69,6 +71,11 @@ fn prune_verified(
     let (policy, rel) = batch_policy(&b)?;
     owner_may_archive(&policy, &rel)?;
     let (keys, ctids) = Batch::keys(&b.id)?;
+    if let Some(dropped) =
+        super::leaf_drop::drop_if_whole(&b, &policy, &rel, &keys, &ctids, archived)?
+    {
+        return record_drop(&b, &policy, &rel, object_key, archived, dropped);
+    }
     // Delete returning the rows as they were, with the same hold fence as the sweep: a hold
     // placed while we work makes us read the holds again. No row is gone unless this
     // transaction proved its contents hash to the archived slice.
@@ -142,4 +149,48 @@ fn prune_verified(
     }
     Batch::finish(id, BatchState::Pruned, "archived")?;
     Ok(deleted)
+}
+
+/// Records a batch completed by dropping its whole leaf: the archive (every row deleted), the
+/// `drop_partition` ledger entry with the archive it rests on, and the batch pruned.
+fn record_drop(
+    b: &Batch,
+    policy: &Policy,
+    rel: &RelationInfo,
+    object_key: &str,
+    archived: &Archived<'_>,
+    dropped: Dropped,
+) -> Result<i64> {
+    let archive_id = ArchiveRecord {
+        batch: &b.id,
+        policy,
+        policy_version: b.policy_version,
+        relation: &rel.qualified,
+        object_key,
+        blake3: archived.blake3,
+        rows: archived.rows,
+        bytes: archived.bytes,
+        deleted: dropped.rows,
+    }
+    .append()?;
+    LedgerEntry {
+        method: LedgerMethod::DropPartition,
+        policy: Some(policy),
+        relation: None,
+        rows: dropped.rows,
+        hold_ids: vec![],
+        actor: &b.owner.clone().unwrap_or_else(caller),
+        run_id: None,
+        detail: json!({
+            "partition": dropped.leaf.qualified, "bound": dropped.leaf.bound, "proof": "archived",
+            "batch": b.id, "object_key": object_key, "blake3": archived.blake3, "archive_id": archive_id,
+        }),
+    }
+    .append_with_archive(archive_id)?;
+    Batch::finish(
+        &b.id,
+        BatchState::Pruned,
+        "archived; its partition dropped whole",
+    )?;
+    Ok(dropped.rows)
 }

@@ -77,6 +77,8 @@ pub struct Batch {
 pub struct NewBatch<'a> {
     /// The claiming policy.
     pub policy: &'a Policy,
+    /// The table the rows are in: the policy's, or one leaf of it when it is partitioned.
+    pub relation: &'a RelationInfo,
     /// The archiver's name, if it gave one.
     pub owner: Option<&'a str>,
     /// The claimed keys, one after another.
@@ -123,8 +125,8 @@ impl Batch {
             &[
                 policy.id.into(),
                 policy.version.into(),
-                i64::from(policy.relation).into(),
-                policy.relation_name.as_str().into(),
+                i64::from(new.relation.oid).into(),
+                new.relation.qualified.as_str().into(),
                 new.owner.into(),
                 rows.into(),
                 first_key.to_vec().into(),
@@ -196,14 +198,15 @@ impl Batch {
         )
     }
 
-    /// Where the next claim of `policy_id` starts: after the last key of its latest batch,
-    /// unless that batch was released or expired (its rows are to be claimed again first).
-    pub fn watermark(policy_id: i64) -> Result<Option<Texts>> {
+    /// Where the next claim of `policy_id` in table `relation` starts: after the last key of
+    /// its latest batch there, unless that batch was released or expired (its rows are to be
+    /// claimed again first).
+    pub fn watermark(policy_id: i64, relation: u32) -> Result<Option<Texts>> {
         optional_one::<Texts, _>(
             "SELECT CASE WHEN b.state IN ('claimed', 'pruned') THEN b.last_key END
-               FROM retention.batches b WHERE b.policy_id = $1
+               FROM retention.batches b WHERE b.policy_id = $1 AND b.relation = $2::bigint::oid
               ORDER BY b.claimed_at DESC LIMIT 1",
-            &[policy_id.into()],
+            &[policy_id.into(), i64::from(relation).into()],
         )
     }
 

@@ -20,10 +20,10 @@ pub struct Leaf {
     /// The leaf is a default partition, or lies under one: its rows have no bound to reason with.
     #[serde(default)]
     pub default: bool,
-    /// Upper bounds, as printed, of every range level above and at this leaf whose key is the
-    /// policy's age column alone: each says every row of the leaf is aged before it.
+    /// The bounds of every range level above and at this leaf whose key is the policy's age
+    /// column alone.
     #[serde(default)]
-    pub age_upper: Vec<String>,
+    pub age_bounds: AgeBounds,
     /// The leaf's owner: only a policy owner who could drop the table drops it whole.
     pub owner: u32,
     /// The leaf has a user trigger that fires on DELETE, which a whole-leaf drop would not fire.
@@ -31,15 +31,41 @@ pub struct Leaf {
     pub delete_triggers: bool,
 }
 
+/// Range bounds on the age column, as printed (`'2026-01-02 00:00:00+00'`, `MAXVALUE`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AgeBounds {
+    /// Upper bounds: every row of the leaf is aged before each.
+    pub upper: Vec<String>,
+    /// Lower bounds: every row of the leaf is aged at or after each.
+    pub lower: Vec<String>,
+}
+
 /// The leaves of `relation` (the table itself when it is not partitioned), in oid order, which
 /// is creation order for the leaves a tool premakes in time order. `age_column` names the
-/// column whose range bounds are collected in [`Leaf::age_upper`].
+/// column whose range bounds are collected in [`Leaf::age_bounds`].
 pub fn leaves(relation: u32, age_column: Option<&str>) -> Result<Vec<Leaf>> {
+    describe(relation, None, age_column)
+}
+
+/// Leaf `oid` of `relation`, if it still is one (a step reads only its own leaf).
+pub fn leaf(relation: u32, oid: u32, age_column: Option<&str>) -> Result<Option<Leaf>> {
+    Ok(describe(relation, Some(oid), age_column)?.pop())
+}
+
+fn describe(relation: u32, only: Option<u32>, age_column: Option<&str>) -> Result<Vec<Leaf>> {
     let leaves: Option<Vec<Leaf>> = query_json(
         "WITH l AS (
-             SELECT t.relid FROM pg_catalog.pg_partition_tree($1::bigint::oid) t WHERE t.isleaf
+             SELECT t.relid FROM pg_catalog.pg_partition_tree($1::bigint::oid) t
+              WHERE $3::bigint IS NULL AND t.isleaf
              UNION ALL
-             SELECT c.oid FROM pg_catalog.pg_class c WHERE c.oid = $1::bigint::oid AND c.relkind <> 'p')
+             SELECT c.oid FROM pg_catalog.pg_class c
+              WHERE $3::bigint IS NULL AND c.oid = $1::bigint::oid AND c.relkind <> 'p'
+             UNION ALL
+             -- One leaf: it, if the table is it or one of its ancestors (cheaper than the tree).
+             SELECT c.oid FROM pg_catalog.pg_class c
+              WHERE c.oid = $3::bigint::oid AND c.relkind <> 'p'
+                AND (c.oid = $1::bigint::oid OR $1::bigint::oid IN (
+                        SELECT a.relid FROM pg_catalog.pg_partition_ancestors($3::bigint::oid) a)))
          SELECT coalesce(jsonb_agg(jsonb_build_object(
                     'oid', c.oid::bigint,
                     'qualified', format('%I.%I', n.nspname, c.relname),
@@ -48,16 +74,19 @@ pub fn leaves(relation: u32, age_column: Option<&str>) -> Result<Vec<Leaf>> {
                         SELECT 1 FROM pg_catalog.pg_partition_ancestors(c.oid) a
                           JOIN pg_catalog.pg_class ac ON ac.oid = a.relid
                          WHERE pg_catalog.pg_get_expr(ac.relpartbound, ac.oid) = 'DEFAULT'),
-                    'age_upper', (
-                        SELECT coalesce(jsonb_agg(u.upper) FILTER (WHERE u.upper IS NOT NULL), '[]')
+                    'age_bounds', (
+                        SELECT jsonb_build_object(
+                                   'upper', coalesce(jsonb_agg(u.upper) FILTER (WHERE u.upper IS NOT NULL), '[]'),
+                                   'lower', coalesce(jsonb_agg(u.lower) FILTER (WHERE u.lower IS NOT NULL), '[]'))
                           FROM pg_catalog.pg_partition_ancestors(c.oid) a
                           JOIN pg_catalog.pg_class ac ON ac.oid = a.relid AND ac.relispartition
                           JOIN pg_catalog.pg_inherits i ON i.inhrelid = ac.oid
                           JOIN pg_catalog.pg_partitioned_table pt ON pt.partrelid = i.inhparent
                           JOIN pg_catalog.pg_attribute att ON att.attrelid = pt.partrelid
                                                          AND att.attnum = pt.partattrs[0]
-                          CROSS JOIN LATERAL (SELECT substring(pg_catalog.pg_get_expr(ac.relpartbound, ac.oid)
-                                                               FROM ' TO \\((.*)\\)$') AS upper) u
+                          CROSS JOIN LATERAL (SELECT pg_catalog.pg_get_expr(ac.relpartbound, ac.oid) AS printed) e
+                          CROSS JOIN LATERAL (SELECT substring(e.printed FROM ' TO \\((.*)\\)$') AS upper,
+                                                     substring(e.printed FROM '^FOR VALUES FROM \\((.*)\\) TO \\(') AS lower) u
                          WHERE pt.partstrat = 'r' AND pt.partnatts = 1 AND att.attname = $2),
                     'owner', c.relowner::bigint,
                     'delete_triggers', EXISTS (
@@ -67,7 +96,11 @@ pub fn leaves(relation: u32, age_column: Option<&str>) -> Result<Vec<Leaf>> {
                   ORDER BY c.oid), '[]')
            FROM l JOIN pg_catalog.pg_class c ON c.oid = l.relid
            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace",
-        &[i64::from(relation).into(), age_column.into()],
+        &[
+            i64::from(relation).into(),
+            age_column.into(),
+            only.map(i64::from).into(),
+        ],
     )?;
     leaves.ok_or_else(|| returned_nothing("listing a table's leaves"))
 }

@@ -346,22 +346,30 @@ impl Policy {
 
 /// One value that changes whenever anything a batch planned with changes. A table's catalog row
 /// gets a new xmin from every ALTER (rename, new schema, columns); foreign keys referencing the
-/// table live in other tables' rows, so they are listed with their tables' xmin; holds are
-/// append-only, so counts of hold records and lifts say whether the holds changed.
+/// table (or a table of its partition tree) live in other tables' rows, so they are listed with
+/// their tables' xmin; holds are append-only, so counts of hold records and lifts say whether
+/// the holds changed; a hold placed on a partition below the table covers that partition's
+/// leaves, listed too. A step reads its own leaf afresh, so dropping a leaf changes nothing here.
 const FINGERPRINT: &str = "
 SELECT concat_ws('|', p.dropped_at IS NULL, v.version, v.enabled, c.xmin,
          (SELECT string_agg(con.oid || ':' || child.xmin, ',' ORDER BY con.oid)
             FROM pg_catalog.pg_constraint con JOIN pg_catalog.pg_class child ON child.oid = con.conrelid
-           WHERE con.confrelid IN (SELECT retention._tree_of(c.oid)) AND con.contype = 'f'),
-         (SELECT string_agg(t.relid::oid || ':' || tc.xmin, ',' ORDER BY t.relid)
-            FROM pg_catalog.pg_partition_tree(c.oid) t JOIN pg_catalog.pg_class tc ON tc.oid = t.relid),
-         retention._hold_count(c.oid),
+           WHERE con.confrelid = ANY (tree.rels) AND con.contype = 'f'),
+         (SELECT string_agg(h.id || ':' || (SELECT string_agg(t.relid::oid::text, ',' ORDER BY t.relid)
+                                              FROM pg_catalog.pg_partition_tree(h.relation) t WHERE t.isleaf),
+                            ';' ORDER BY h.id)
+            FROM retention.hold_records h
+           WHERE h.relation::oid = ANY (tree.rels) AND h.relation::oid <> c.oid
+             AND NOT h.relation::oid = ANY (tree.above)),
+         (SELECT count(*) FROM retention.hold_records h WHERE h.relation::oid = ANY (tree.rels)),
          (SELECT count(*) FROM retention.hold_lifts l JOIN retention.hold_records h ON h.id = l.hold_id
-           WHERE h.relation::oid IN (SELECT retention._tree_of(c.oid))))
+           WHERE h.relation::oid = ANY (tree.rels)))
   FROM retention.policy_ids p
  CROSS JOIN LATERAL (SELECT pv.version, pv.enabled, pv.relation FROM retention.policy_versions pv
                       WHERE pv.policy_id = p.id ORDER BY pv.version DESC LIMIT 1) v
   LEFT JOIN pg_catalog.pg_class c ON c.oid = v.relation
+ CROSS JOIN LATERAL (SELECT ARRAY(SELECT retention._tree_of(c.oid)) AS rels,
+                            ARRAY(SELECT a.relid FROM pg_catalog.pg_partition_ancestors(c.oid) a) AS above) tree
  WHERE p.id = $1";
 
 /// The fingerprint of policy `policy_id`, its table and its holds (see [`FINGERPRINT`]); None

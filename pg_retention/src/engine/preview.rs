@@ -3,7 +3,7 @@
 
 use crate::catalog::{active_holds, partition, Action, Hold, Kind, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
-use crate::engine::retire::{whole_leaf, Proof};
+use crate::engine::retire::{rows_in, whole_leaf, Proof};
 use crate::error::{present, Result};
 use pgrx::prelude::*;
 
@@ -63,12 +63,7 @@ pub fn partitions_to_drop(
         }
         let elig = Eligibility::new(policy, rel, holds)?.on_leaf(&leaf);
         if let Some(proof) = whole_leaf(&elig, rel, &leaf)? {
-            let rows = elig.as_owner(|| {
-                present(
-                    Spi::get_one::<i64>(&format!("SELECT count(*) FROM ONLY {}", leaf.qualified))?,
-                    "count(*)",
-                )
-            })?;
+            let rows = rows_in(policy.owner, &leaf)?;
             if rows <= budget {
                 budget -= rows;
                 drops.push(PartitionDrop {

@@ -75,7 +75,8 @@ pub fn whole_leaf(
     };
     let age_type = &rel.column(age)?.type_name;
     let bounded: Vec<String> = leaf
-        .age_upper
+        .age_bounds
+        .upper
         .iter()
         .filter_map(|b| partition::bound_value(b))
         .map(|v| format!("coalesce({}::{age_type} <= {cutoff}, false)", literal(&v)))
@@ -128,47 +129,72 @@ pub fn retire(
     if whole_leaf(elig, rel, leaf)?.is_none() {
         return Ok(Retired::NotWhole);
     }
-    let previous = present(
-        Spi::get_one::<String>("SELECT current_setting('lock_timeout')")?,
-        "lock_timeout",
-    )?;
-    set_lock_timeout(&format!("{}ms", crate::gucs::drop_lock_timeout_ms()))?;
     let mut new_hold = false;
-    let attempt = subxact::unless_busy(|| {
-        elig.as_owner(|| {
-            Spi::run(&format!("LOCK TABLE ONLY {} IN SHARE MODE", leaf.qualified))?;
-            Ok(())
-        })?;
-        // Under the lock no row of the leaf can change until the drop commits.
-        let Some(proof) = whole_leaf(elig, rel, leaf)? else {
-            return Ok(None);
-        };
-        if fence_tripped()? {
-            new_hold = true;
-            return Ok(None);
-        }
-        let rows = elig.as_owner(|| {
-            present(
-                Spi::get_one::<i64>(&format!("SELECT count(*) FROM ONLY {}", leaf.qualified))?,
-                "count(*)",
-            )
-        })?;
-        if rows > remaining {
-            return Ok(None);
-        }
-        elig.as_owner(|| {
-            Spi::run(&format!("DROP TABLE {}", leaf.qualified))?;
-            Ok(())
-        })?;
-        Ok(Some((rows, proof)))
+    let attempt = lock_timeout(|| {
+        subxact::unless_busy(|| {
+            lock_rows(elig.policy().owner, leaf)?;
+            // Under the lock no row of the leaf can change until the drop commits.
+            let Some(proof) = whole_leaf(elig, rel, leaf)? else {
+                return Ok(None);
+            };
+            if fence_tripped()? {
+                new_hold = true;
+                return Ok(None);
+            }
+            let rows = rows_in(elig.policy().owner, leaf)?;
+            if rows > remaining {
+                return Ok(None);
+            }
+            drop_leaf(elig.policy().owner, leaf)?;
+            Ok(Some((rows, proof)))
+        })
     })?;
-    set_lock_timeout(&previous)?;
     Ok(match attempt {
         Attempt::Done((rows, proof)) => Retired::Dropped { rows, proof },
         Attempt::Busy => Retired::Busy,
         Attempt::Declined if new_hold => Retired::NewHold,
         Attempt::Declined => Retired::NotWhole,
     })
+}
+
+/// Takes a SHARE lock on `leaf` as `owner` (the policy's): none of its rows can change, and no
+/// row can be added to it, until the transaction ends.
+pub fn lock_rows(owner: u32, leaf: &Leaf) -> Result<()> {
+    crate::author::run_as(owner, || {
+        Spi::run(&format!("LOCK TABLE ONLY {} IN SHARE MODE", leaf.qualified))?;
+        Ok(())
+    })
+}
+
+/// The rows of `leaf`, counted as `owner`.
+pub fn rows_in(owner: u32, leaf: &Leaf) -> Result<i64> {
+    crate::author::run_as(owner, || {
+        present(
+            Spi::get_one::<i64>(&format!("SELECT count(*) FROM ONLY {}", leaf.qualified))?,
+            "count(*)",
+        )
+    })
+}
+
+/// Drops `leaf` as `owner`, who may (see [`whole_leaf`]).
+pub fn drop_leaf(owner: u32, leaf: &Leaf) -> Result<()> {
+    crate::author::run_as(owner, || {
+        Spi::run(&format!("DROP TABLE {}", leaf.qualified))?;
+        Ok(())
+    })
+}
+
+/// Runs `f` with `lock_timeout = pg_retention.drop_lock_timeout`, and the session's own value
+/// again afterwards (the setting is local to the transaction either way).
+pub fn lock_timeout<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let previous = present(
+        Spi::get_one::<String>("SELECT current_setting('lock_timeout')")?,
+        "lock_timeout",
+    )?;
+    set_lock_timeout(&format!("{}ms", crate::gucs::drop_lock_timeout_ms()))?;
+    let result = f();
+    set_lock_timeout(&previous)?;
+    result
 }
 
 fn set_lock_timeout(value: &str) -> Result<()> {

@@ -3,13 +3,14 @@
 //!
 //! Reading the policy, describing the table and reading the holds again for every step cost
 //! about as much as deleting a thousand rows. Each step instead reads one fingerprint of all
-//! three — the policy's version and state, the table's catalog row, its partitions' rows and the
-//! foreign keys that reference it, and the hold records and lifts that reach its rows — and reloads everything only when the
+//! three — the policy's version and state, the table's catalog row and the foreign keys that
+//! reference it, the hold records and lifts that reach its rows and the leaves of the
+//! partitions they are placed on — and reloads everything only when the
 //! fingerprint differs from the one the cached context was read with. A change committed between
 //! steps therefore takes effect at the next step, exactly as when everything was reloaded.
 
 use crate::catalog::policy::fingerprint;
-use crate::catalog::{partition, Hold, HoldFence, Leaf, Policy, RelationInfo};
+use crate::catalog::{Hold, HoldFence, Policy, RelationInfo};
 use crate::error::Result;
 use std::cell::RefCell;
 
@@ -24,8 +25,6 @@ pub struct RunContext {
     pub holds: Vec<Hold>,
     /// The fence that makes a hold placed after `holds` were read win.
     pub fence: HoldFence,
-    /// For a partitioned table, its leaves (empty otherwise).
-    pub leaves: Vec<Leaf>,
 }
 
 thread_local! {
@@ -52,17 +51,11 @@ pub fn for_step(run_id: &str, policy_id: i64) -> Result<Option<RunContext>> {
     };
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
     let (fence, holds) = HoldFence::read(policy.relation)?;
-    let leaves = if rel.relkind == "p" {
-        partition::leaves(rel.oid, policy.age_column.as_deref())?
-    } else {
-        vec![]
-    };
     let ctx = RunContext {
         policy,
         rel,
         holds,
         fence,
-        leaves,
     };
     // The fingerprint was read before the context: a change committed in between makes the
     // next step's fingerprint differ, and that step reads everything again.

@@ -111,16 +111,6 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
             "Register the policy on the table that holds the rows.",
         ));
     }
-    if rel.relkind == "p" && spec.action == Action::ArchiveThenDelete {
-        return Err(RetentionError::NotSupported {
-            message: format!(
-                "archive_then_delete policies on a partitioned table ({}) are not supported yet",
-                rel.qualified
-            ),
-            detail: "Archive batches are claimed and pruned by row address within one table.".into(),
-            hint: "Register the archive policy on each partition, or use a delete policy on the partitioned table.".into(),
-        });
-    }
     if rel.pk.is_empty() {
         return Err(RetentionError::NoPrimaryKey {
             relation: rel.qualified.clone(),

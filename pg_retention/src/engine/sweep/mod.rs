@@ -237,7 +237,6 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
         rel,
         holds,
         fence,
-        leaves,
     } = &ctx;
     if policy.version != state.version {
         return Ok(state.stop(
@@ -251,15 +250,22 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
     if !policy.enabled {
         return Ok(state.stop(Outcome::Stopped, "policy was disabled during the run"));
     }
+    if state.retire && state.cap > state.deleted {
+        match retire_leaves(state, &ctx)? {
+            Retiring::Done(next) => return Ok(next),
+            Retiring::SweepRows(next) => state = next,
+        }
+    }
     // The leaf this step works on, for a partitioned table.
-    let leaf: Option<&Leaf> = match state.leaves.first() {
+    let current = match state.leaves.first() {
         None => None,
-        Some(&oid) => match leaves.iter().find(|l| l.oid == oid) {
+        Some(&oid) => match partition::leaf(rel.oid, oid, policy.age_column.as_deref())? {
             Some(leaf) => Some(leaf),
             // Detached or dropped since the run started: no longer the policy's to sweep.
             None => return leaf_swept(state, policy),
         },
     };
+    let leaf: Option<&Leaf> = current.as_ref();
     let remaining = state.cap - state.deleted;
     // An age step runs a statement planned once per run, with the cutoff as a parameter; the
     // other kinds and the checks below read the cutoff as a constant.
@@ -278,24 +284,6 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
         } else {
             state.stop(Outcome::Ok, "finished at the cap")
         });
-    }
-    if let (true, Some(leaf)) = (state.retire, leaf) {
-        state.retire = false;
-        match retire::retire(&literal()?, rel, leaf, remaining, || fence.tripped_now())? {
-            Retired::Dropped { rows, proof } => {
-                record_drop(&mut state, &ctx, leaf, rows, proof)?;
-                return leaf_swept(state, policy);
-            }
-            Retired::Busy => {
-                record_drop_skipped(&state, &ctx, leaf)?;
-                return leaf_swept(state, policy);
-            }
-            Retired::NewHold => {
-                state.retire = true;
-                return Ok(state);
-            }
-            Retired::NotWhole => {}
-        }
     }
     let n = remaining.min(i64::from(policy.batch_size));
     if let Some(from) = state.age_from.clone() {
@@ -354,6 +342,67 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
         _ => state = leaf_swept(state, policy)?,
     }
     Ok(state)
+}
+
+/// What [`retire_leaves`] leaves the step to do.
+enum Retiring {
+    /// The step is over (leaves dropped, one put off, or a new hold to read).
+    Done(SweepState),
+    /// The current leaf cannot go whole: the step sweeps its rows.
+    SweepRows(SweepState),
+}
+
+/// Drops the current leaf whole if it can go whole, and the leaves after it that can, in this
+/// step's transaction for as long as `pg_retention.drop_lock_timeout` since the first drop:
+/// the partitioned table stays locked from the first drop until the step commits, and one
+/// commit (a drop's commit always waits for its WAL flush) serves several leaves.
+fn retire_leaves(mut state: SweepState, ctx: &RunContext) -> Result<Retiring> {
+    let policy = &ctx.policy;
+    let budget = std::time::Duration::from_millis(crate::gucs::drop_lock_timeout_ms() as u64);
+    let mut first_drop: Option<std::time::Instant> = None;
+    while state.retire && !state.done && state.cap > state.deleted {
+        let Some(&oid) = state.leaves.first() else {
+            break;
+        };
+        let Some(leaf) = partition::leaf(ctx.rel.oid, oid, policy.age_column.as_deref())? else {
+            // Detached or dropped since the run started: no longer the policy's to sweep.
+            state = leaf_swept(state, policy)?;
+            continue;
+        };
+        state.retire = false;
+        let elig = Eligibility::new(policy, &ctx.rel, &ctx.holds)?.on_leaf(&leaf);
+        let remaining = state.cap - state.deleted;
+        match retire::retire(&elig, &ctx.rel, &leaf, remaining, || {
+            ctx.fence.tripped_now()
+        })? {
+            Retired::Dropped { rows, proof } => {
+                record_drop(&mut state, ctx, &leaf, rows, proof)?;
+                state = leaf_swept(state, policy)?;
+                if first_drop
+                    .get_or_insert_with(std::time::Instant::now)
+                    .elapsed()
+                    >= budget
+                {
+                    return Ok(Retiring::Done(state));
+                }
+            }
+            Retired::Busy => {
+                record_drop_skipped(&state, ctx, &leaf)?;
+                return Ok(Retiring::Done(leaf_swept(state, policy)?));
+            }
+            Retired::NewHold => {
+                state.retire = true;
+                return Ok(Retiring::Done(state));
+            }
+            // Its rows go in the next step, once this step's drops have committed.
+            Retired::NotWhole if first_drop.is_some() => return Ok(Retiring::Done(state)),
+            Retired::NotWhole => return Ok(Retiring::SweepRows(state)),
+        }
+    }
+    Ok(match first_drop {
+        Some(_) => Retiring::Done(state),
+        None => Retiring::SweepRows(state),
+    })
 }
 
 /// `elig` on `leaf`, when there is one.

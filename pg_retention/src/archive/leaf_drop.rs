@@ -1,0 +1,88 @@
+//! Archive-then-drop: when a batch holds every row left in a leaf of a partitioned table (a
+//! leaf small enough for one batch, or the last batch of a leaf whose earlier batches were
+//! pruned) and the leaf is entirely eligible and unheld, completing the batch drops the leaf
+//! instead of deleting its rows. Inside the dropping transaction, under a SHARE lock on the leaf (no row
+//! of it can change until the drop commits), the leaf holds exactly the batch's row count, every
+//! one of the batch's rows is found at its claim-time place with its key, and their contents
+//! render to the slice the archiver wrote and read back: the rows dropped are the archived rows.
+//! Anything short of that, or a lock not granted in time, leaves the batch to the row prune.
+
+use super::verify::{in_claim_order, matches_archive, Archived};
+use crate::catalog::{active_holds, partition, Batch, Leaf, Policy, RelationInfo, Texts};
+use crate::engine::eligible::Eligibility;
+use crate::engine::retire::{drop_leaf, lock_rows, lock_timeout, rows_in, whole_leaf};
+use crate::error::{present, Result};
+use crate::render::render_batch;
+use crate::subxact::{self, Attempt};
+use crate::tid::Tid;
+use pgrx::prelude::*;
+
+/// A leaf dropped with its batch.
+pub(super) struct Dropped {
+    /// The leaf.
+    pub leaf: Leaf,
+    /// Its rows (the batch's).
+    pub rows: i64,
+}
+
+/// Drops the batch's leaf if the batch is all of it (see the module); None when the rows are
+/// to be pruned one by one instead.
+pub(super) fn drop_if_whole(
+    b: &Batch,
+    policy: &Policy,
+    rel: &RelationInfo,
+    keys: &Texts,
+    ctids: &[Tid],
+    archived: &Archived<'_>,
+) -> Result<Option<Dropped>> {
+    if policy.relation == rel.oid {
+        return Ok(None);
+    }
+    let parent = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    let Some(leaf) = partition::leaf(parent.oid, rel.oid, policy.age_column.as_deref())? else {
+        return Ok(None);
+    };
+    // Cheap first, reading at most one row more than the batch holds: a leaf with more rows
+    // than the batch cannot go with it.
+    let at_most = crate::author::run_as(policy.owner, || {
+        present(
+            Spi::get_one_with_args::<i64>(
+                &format!(
+                    "SELECT count(*) FROM (SELECT 1 FROM ONLY {} LIMIT $1) x",
+                    leaf.qualified
+                ),
+                &[(b.rows + 1).into()],
+            )?,
+            "count(*)",
+        )
+    })?;
+    if at_most != b.rows {
+        return Ok(None);
+    }
+    let attempt = lock_timeout(|| {
+        subxact::unless_busy(|| {
+            lock_rows(policy.owner, &leaf)?;
+            // The holds as of now, under the lock.
+            let holds = active_holds(parent.oid)?;
+            let elig = Eligibility::new(policy, &parent, &holds)?.on_leaf(&leaf);
+            if whole_leaf(&elig, &parent, &leaf)?.is_none() {
+                return Ok(None);
+            }
+            let rows = rows_in(policy.owner, &leaf)?;
+            if rows != b.rows {
+                return Ok(None);
+            }
+            // Every row of the batch at its place with its key (so, with the count, the leaf's
+            // rows are the batch's), rendering to the archived slice; a mismatch refuses.
+            let found = crate::author::run_as(policy.owner, || render_batch(rel, ctids))?;
+            let now = in_claim_order(b, rel, keys, ctids, found)?;
+            matches_archive(b, &now, archived)?;
+            drop_leaf(policy.owner, &leaf)?;
+            Ok(Some(rows))
+        })
+    })?;
+    Ok(match attempt {
+        Attempt::Done(rows) => Some(Dropped { leaf, rows }),
+        Attempt::Declined | Attempt::Busy => None,
+    })
+}
