@@ -3,7 +3,7 @@
 
 use super::{lease, owner_may_archive, slice};
 use crate::catalog::{
-    active_holds, caller, partition, prepared, Action, Batch, KeyRange, Kind, LedgerEntry,
+    active_holds, caller, partition, prepared, Action, Batch, KeyRange, Kind, Leaf, LedgerEntry,
     LedgerMethod, NewBatch, Policy, RelationInfo, Texts,
 };
 use crate::engine::eligible::{Eligibility, Guards};
@@ -117,25 +117,51 @@ fn claim_rendering(
     lease::expire_leases(&policy)?;
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
     owner_may_archive(&policy, &rel)?;
+    if rel.relkind != "p" {
+        return claim_in(&policy, &rel, max_rows, lease, owner, render);
+    }
     // A partitioned table is claimed leaf by leaf: a batch's rows lie in one leaf, where they
     // are addressed by ctid as in a table of its own (the batch's relation is the leaf).
-    let targets = if rel.relkind == "p" {
-        claimable_leaves(&policy, &rel)?
-    } else {
-        vec![rel]
-    };
-    for (i, target) in targets.iter().enumerate() {
-        if let Some(mut claimed) = claim_in(&policy, target, max_rows, lease, owner, render)? {
-            claimed.more |= i + 1 < targets.len();
+    let leaves = claimable_leaves(&policy, &rel, max_rows)?;
+    for (i, leaf) in leaves.iter().enumerate() {
+        // Locked before it is read, so a leaf dropped meanwhile (with its last batch) is seen
+        // to be gone instead of failing the claim.
+        if !lock_if_present(leaf.oid)? {
+            continue;
+        }
+        let target = RelationInfo::load(leaf.oid, &leaf.qualified)?;
+        if let Some(mut claimed) = claim_in(&policy, &target, max_rows, lease, owner, render)? {
+            claimed.more |= i + 1 < leaves.len();
             return Ok(Some(claimed));
         }
     }
     Ok(None)
 }
 
-/// The leaves of a partitioned table that can hold eligible rows: all but those whose range
-/// bound on the age column starts at or after the cutoff.
-fn claimable_leaves(policy: &Policy, rel: &RelationInfo) -> Result<Vec<RelationInfo>> {
+/// Takes an ACCESS SHARE lock on table `oid` (until the transaction ends) if it still exists;
+/// false, and no lock, when it was dropped.
+fn lock_if_present(oid: u32) -> Result<bool> {
+    let relid = pgrx::pg_sys::Oid::from(oid);
+    let lockmode = pgrx::pg_sys::AccessShareLock as pgrx::pg_sys::LOCKMODE;
+    // Safety: locking a relation by oid is what relation_open does first; a relation that does
+    // not exist (any more) only gets a lock tag that is released again below.
+    unsafe { pgrx::pg_sys::LockRelationOid(relid, lockmode) };
+    let present = crate::catalog::optional_one::<bool, _>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = $1::bigint::oid)",
+        &[i64::from(oid).into()],
+    )? == Some(true);
+    if !present {
+        // Safety: releases the lock taken above, in the same transaction.
+        unsafe { pgrx::pg_sys::UnlockRelationOid(relid, lockmode) };
+    }
+    Ok(present)
+}
+
+/// The leaves of a partitioned table that can hold claimable rows: all but those whose range
+/// bound on the age column starts at or after the cutoff, and those whose live batch of this
+/// policy came back short (it took every row that was claimable there; reading the leaf again
+/// while that batch is in flight would only hold up its drop).
+fn claimable_leaves(policy: &Policy, rel: &RelationInfo, max_rows: i32) -> Result<Vec<Leaf>> {
     let age = policy
         .age_column
         .as_deref()
@@ -159,8 +185,8 @@ fn claimable_leaves(policy: &Policy, rel: &RelationInfo) -> Result<Vec<RelationI
                 &[lower.as_str().into(), window.into()],
             )? == Some(true);
         }
-        if !young {
-            targets.push(RelationInfo::load(leaf.oid, &leaf.qualified)?);
+        if !young && !Batch::short_live(policy.id, leaf.oid, max_rows)? {
+            targets.push(leaf);
         }
     }
     Ok(targets)

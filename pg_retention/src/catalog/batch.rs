@@ -210,6 +210,21 @@ impl Batch {
         )
     }
 
+    /// Whether policy `policy_id` has a live batch in table `relation` that came back short of
+    /// `max_rows` (it took every row claimable there when it was claimed).
+    pub fn short_live(policy_id: i64, relation: u32, max_rows: i32) -> Result<bool> {
+        Ok(optional_one::<bool, _>(
+            "SELECT EXISTS (SELECT 1 FROM retention.batches b
+                             WHERE b.policy_id = $1 AND b.relation = $2::bigint::oid
+                               AND b.state = 'claimed' AND b.rows < $3)",
+            &[
+                policy_id.into(),
+                i64::from(relation).into(),
+                max_rows.into(),
+            ],
+        )? == Some(true))
+    }
+
     /// First and last key of every live batch of the table (any policy) that ends after
     /// `after`: nobody else claims a row inside them while the batch lives.
     pub fn live_ranges(

@@ -36,8 +36,9 @@ pub fn active_holds(relation: u32) -> Result<Vec<Hold>> {
                     'leaves', CASE WHEN c.oid = $1::bigint::oid
                                      OR c.oid IN (SELECT a.relid FROM pg_catalog.pg_partition_ancestors($1::bigint::oid) a)
                                    THEN NULL
-                                   ELSE (SELECT coalesce(jsonb_agg(t.relid::bigint), '[]')
-                                           FROM pg_catalog.pg_partition_tree(c.oid) t WHERE t.isleaf)
+                                   ELSE (SELECT coalesce(jsonb_agg(b::bigint), '[]')
+                                           FROM retention._below(c.oid) b
+                                           JOIN pg_catalog.pg_class bc ON bc.oid = b AND bc.relkind <> 'p')
                               END) ORDER BY h.id), '[]')
            FROM retention.hold_records h
            JOIN pg_catalog.pg_class c ON c.oid = h.relation

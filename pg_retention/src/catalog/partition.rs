@@ -54,12 +54,10 @@ pub fn leaf(relation: u32, oid: u32, age_column: Option<&str>) -> Result<Option<
 
 fn describe(relation: u32, only: Option<u32>, age_column: Option<&str>) -> Result<Vec<Leaf>> {
     let leaves: Option<Vec<Leaf>> = query_json(
-        "WITH l AS (
-             SELECT t.relid FROM pg_catalog.pg_partition_tree($1::bigint::oid) t
-              WHERE $3::bigint IS NULL AND t.isleaf
-             UNION ALL
-             SELECT c.oid FROM pg_catalog.pg_class c
-              WHERE $3::bigint IS NULL AND c.oid = $1::bigint::oid AND c.relkind <> 'p'
+        "WITH l(relid) AS (
+             SELECT b FROM retention._below($1::bigint::oid) b
+              JOIN pg_catalog.pg_class c ON c.oid = b AND c.relkind <> 'p'
+              WHERE $3::bigint IS NULL
              UNION ALL
              -- One leaf: it, if the table is it or one of its ancestors (cheaper than the tree).
              SELECT c.oid FROM pg_catalog.pg_class c

@@ -355,8 +355,8 @@ SELECT concat_ws('|', p.dropped_at IS NULL, v.version, v.enabled, c.xmin,
          (SELECT string_agg(con.oid || ':' || child.xmin, ',' ORDER BY con.oid)
             FROM pg_catalog.pg_constraint con JOIN pg_catalog.pg_class child ON child.oid = con.conrelid
            WHERE con.confrelid = ANY (tree.rels) AND con.contype = 'f'),
-         (SELECT string_agg(h.id || ':' || (SELECT string_agg(t.relid::oid::text, ',' ORDER BY t.relid)
-                                              FROM pg_catalog.pg_partition_tree(h.relation) t WHERE t.isleaf),
+         (SELECT string_agg(h.id || ':' || (SELECT string_agg(b::text, ',' ORDER BY b)
+                                              FROM retention._below(h.relation) b),
                             ';' ORDER BY h.id)
             FROM retention.hold_records h
            WHERE h.relation::oid = ANY (tree.rels) AND h.relation::oid <> c.oid
