@@ -89,6 +89,30 @@ impl Archiver {
     }
 }
 
+impl Archiver {
+    /// The slice keys `ls` lists.
+    pub fn slice_keys(&self) -> Vec<String> {
+        let o = self.run(&["ls"]);
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
+            .collect()
+    }
+
+    /// Restores every listed slice into its own table `public.restored_<i>` and returns the
+    /// query of all restored rows (`SELECT * FROM restored_0 UNION ALL ...`).
+    pub fn restore_all(&self) -> String {
+        let mut union = Vec::new();
+        for (i, key) in self.slice_keys().iter().enumerate() {
+            let o = self.run(&["restore", key, "--into", &format!("public.restored_{i}")]);
+            assert!(o.status.success(), "{}", text(&o));
+            union.push(format!("SELECT * FROM restored_{i}"));
+        }
+        union.join(" UNION ALL ")
+    }
+}
+
 /// stdout + stderr of a finished run, for assertion messages.
 pub fn text(o: &Output) -> String {
     format!(

@@ -76,15 +76,6 @@ fn file_store() -> (PathBuf, String) {
     (dir, url)
 }
 
-fn slice_keys(a: &Archiver) -> Vec<String> {
-    let o = a.run(&["ls"]);
-    assert!(o.status.success(), "{}", text(&o));
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
-        .collect()
-}
-
 /// archive → verify → restore every slice and compare with what was pruned.
 fn round_trip(c: &Cluster, a: &Archiver) {
     let mut db = c.connect("postgres");
@@ -108,18 +99,12 @@ fn round_trip(c: &Cluster, a: &Archiver) {
     assert_nothing_lost(&mut db);
     let o = a.run(&["verify", "--all"]);
     assert!(o.status.success(), "{}", text(&o));
-    let keys = slice_keys(a);
+    let keys = a.slice_keys();
     assert_eq!(
         keys.len() as i64,
         scalar(&mut db, "SELECT count(*) FROM retention.archives")
     );
-    let mut union = Vec::new();
-    for (i, key) in keys.iter().enumerate() {
-        let o = a.run(&["restore", key, "--into", &format!("public.restored_{i}")]);
-        assert!(o.status.success(), "{}", text(&o));
-        union.push(format!("SELECT * FROM restored_{i}"));
-    }
-    let restored = union.join(" UNION ALL ");
+    let restored = a.restore_all();
     assert_eq!(
         scalar(&mut db, &format!("SELECT count(*) FROM ({restored}) r")),
         want
@@ -205,7 +190,7 @@ fn overlapping_batches_archive_every_row_once() {
         ),
         0
     );
-    assert_eq!(slice_keys(&a).len() as i64, batches);
+    assert_eq!(a.slice_keys().len() as i64, batches);
     let o = a.run(&["verify", "--all"]);
     assert!(o.status.success(), "{}", text(&o));
     let _ = std::fs::remove_dir_all(dir);
@@ -288,7 +273,7 @@ fn a_refused_prune_mid_pipeline_still_prunes_the_verified_next_batch() {
     let child = a.spawn(&["once", "--batch-rows", "60"]);
     // The first batch's prune waits 3 s; the second batch is claimed and written meanwhile.
     assert!(
-        c.wait_until(std::time::Duration::from_secs(30), || slice_keys(&a).len()
+        c.wait_until(std::time::Duration::from_secs(30), || a.slice_keys().len()
             == 2)
     );
     db.batch_execute(&format!(
@@ -478,7 +463,7 @@ fn killed_at(point: &str) {
     assert_nothing_lost(&mut db);
     // No duplicate archives of the same rows: one manifest per archive record.
     assert_eq!(
-        slice_keys(&a).len() as i64,
+        a.slice_keys().len() as i64,
         scalar(&mut db, "SELECT count(*) FROM retention.archives")
     );
     let o = a.run(&["verify", "--all"]);
@@ -756,7 +741,7 @@ fn a_row_updated_between_claim_and_complete_is_refused() {
     let child = a.spawn(&["once"]);
     // Wait until the slice is written, then change a row behind the guard's back.
     assert!(
-        c.wait_until(std::time::Duration::from_secs(30), || slice_keys(&a).len()
+        c.wait_until(std::time::Duration::from_secs(30), || a.slice_keys().len()
             == 1)
     );
     db.batch_execute("SET session_replication_role = replica; UPDATE audit SET note = 'tampered' WHERE id = 45; RESET session_replication_role").unwrap();
@@ -779,7 +764,7 @@ fn a_hold_placed_mid_batch_keeps_its_rows() {
         .with_env("PG_RETENTION_ARCHIVER_FAULT", "pause-before-complete");
     let child = a.spawn(&["once", "--max-batches", "1"]);
     assert!(
-        c.wait_until(std::time::Duration::from_secs(30), || slice_keys(&a).len()
+        c.wait_until(std::time::Duration::from_secs(30), || a.slice_keys().len()
             == 1)
     );
     db.batch_execute(
@@ -849,7 +834,7 @@ fn restore_refuses_a_manifest_whose_column_type_is_not_a_type() {
     mixed_audit(&mut db, 300);
     let o = a.run(&["once"]);
     assert!(o.status.success(), "{}", text(&o));
-    let key = slice_keys(&a).into_iter().next().expect("a slice");
+    let key = a.slice_keys().into_iter().next().expect("a slice");
     let manifest_key = match key.strip_suffix(".slice") {
         Some(stem) => format!("{stem}.manifest.json"),
         None => key.clone(),

@@ -720,19 +720,7 @@ fn archive_partitioned(batch_rows: &str) -> (Vec<String>, i64) {
     );
     let o = a.run(&["verify", "--all"]);
     assert!(o.status.success(), "{}", archiver::text(&o));
-    let o = a.run(&["ls"]);
-    assert!(o.status.success(), "{}", archiver::text(&o));
-    let keys: Vec<String> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
-        .collect();
-    let mut union = Vec::new();
-    for (i, key) in keys.iter().enumerate() {
-        let o = a.run(&["restore", key, "--into", &format!("public.restored_{i}")]);
-        assert!(o.status.success(), "{}", archiver::text(&o));
-        union.push(format!("SELECT * FROM restored_{i}"));
-    }
-    let restored = union.join(" UNION ALL ");
+    let restored = a.restore_all();
     assert_eq!(
         count(&mut db, &format!("SELECT count(*) FROM ({restored}) r")),
         want
