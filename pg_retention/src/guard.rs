@@ -41,9 +41,8 @@ pub fn install(id: i64, spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
     let violating = crate::author::run_as(crate::catalog::caller_oid(), || {
         crate::error::present(
             Spi::get_one::<i64>(&format!(
-                "SELECT count(*) FROM {only}{} t WHERE NOT ({check})",
-                rel.qualified,
-                only = if rel.relkind == "p" { "" } else { "ONLY " },
+                "SELECT count(*) FROM {} t WHERE NOT ({check})",
+                rel.all_rows(),
             ))?,
             "count(*)",
         )

@@ -382,11 +382,9 @@ pub fn render_at(
 /// Frames of up to `limit` rows of the table matching `condition` (over alias `t`).
 pub fn sample_frames(rel: &RelationInfo, condition: &str, limit: i64) -> Result<Rendered> {
     let sql = format!(
-        "SELECT {cols} FROM {only}{table} t WHERE {condition} LIMIT {limit}",
-        // A partitioned table's rows are in its partitions.
-        only = if rel.relkind == "p" { "" } else { "ONLY " },
+        "SELECT {cols} FROM {table} t WHERE {condition} LIMIT {limit}",
         cols = rel.column_list(),
-        table = rel.qualified,
+        table = rel.all_rows(),
     );
     render_frames(rel, Statement::Text(&sql), &[])
 }

@@ -117,7 +117,7 @@ fn claim_rendering(
     lease::expire_leases(&policy)?;
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
     owner_may_archive(&policy, &rel)?;
-    if rel.relkind != "p" {
+    if !rel.partitioned() {
         return claim_in(&policy, &rel, max_rows, lease, owner, render);
     }
     // A partitioned table is claimed leaf by leaf: a batch's rows lie in one leaf, where they

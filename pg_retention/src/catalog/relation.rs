@@ -103,6 +103,21 @@ impl RelationInfo {
         .ok_or_else(|| gone(oid, name_for_errors))
     }
 
+    /// Whether the table is partitioned: its rows are in its partitions.
+    pub fn partitioned(&self) -> bool {
+        self.relkind == "p"
+    }
+
+    /// What a read of every row of the table scans: the table alone (`ONLY`), or a
+    /// partitioned table with its partitions.
+    pub fn all_rows(&self) -> String {
+        if self.partitioned() {
+            self.qualified.clone()
+        } else {
+            format!("ONLY {}", self.qualified)
+        }
+    }
+
     /// The column named `name`.
     pub fn column(&self, name: &str) -> Result<&Column> {
         self.columns.iter().find(|c| c.name == name).ok_or_else(|| {

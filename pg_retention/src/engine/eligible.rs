@@ -163,17 +163,13 @@ impl<'a> Eligibility<'a> {
 
     /// Whether the governed table is partitioned (its rows live in its leaves).
     pub fn partitioned(&self) -> bool {
-        self.rel.relkind == "p"
+        self.rel.partitioned()
     }
 
     /// What reads of the whole governed table scan: the table alone, or a partitioned table
     /// with its partitions.
     fn source(&self) -> String {
-        if self.partitioned() {
-            self.rel.qualified.clone()
-        } else {
-            format!("ONLY {}", self.rel.qualified)
-        }
+        self.rel.all_rows()
     }
 
     /// What an `entity` step deletes from: a group's rows may lie in several leaves, and a

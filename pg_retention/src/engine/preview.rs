@@ -48,7 +48,7 @@ pub fn partitions_to_drop(
     rel: &RelationInfo,
     holds: &[Hold],
 ) -> Result<Vec<PartitionDrop>> {
-    if rel.relkind != "p"
+    if !rel.partitioned()
         || policy.kind != Kind::Age
         || policy.action != Action::Delete
         || !policy.enabled

@@ -179,7 +179,7 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         .max_rows_per_run
         .min(cycle_remaining.unwrap_or(i64::MAX))
         .max(0);
-    if rel.relkind == "p" {
+    if rel.partitioned() {
         state.leaves = partition::leaves(rel.oid, policy.age_column.as_deref())?
             .iter()
             .map(|l| l.oid)
