@@ -8,12 +8,12 @@
 //! Anything short of that, or a lock not granted in time, leaves the batch to the row prune.
 
 use super::verify::{in_claim_order, matches_archive, Archived};
-use crate::catalog::{active_holds, partition, Batch, Leaf, Policy, RelationInfo, Texts};
+use crate::catalog::{partition, Batch, HoldFence, Leaf, Policy, RelationInfo, Texts};
 use crate::engine::eligible::Eligibility;
-use crate::engine::retire::{drop_leaf, lock_rows, lock_timeout, rows_in, whole_leaf};
+use crate::engine::retire::drop_proven;
 use crate::error::{present, Result};
 use crate::render::render_batch;
-use crate::subxact::{self, Attempt};
+use crate::subxact::Attempt;
 use crate::tid::Tid;
 use pgrx::prelude::*;
 
@@ -59,30 +59,22 @@ pub(super) fn drop_if_whole(
     if at_most != b.rows {
         return Ok(None);
     }
-    let attempt = lock_timeout(|| {
-        subxact::unless_busy(|| {
-            lock_rows(policy.owner, &leaf)?;
-            // The holds as of now, under the lock.
-            let holds = active_holds(parent.oid)?;
-            let elig = Eligibility::new(policy, &parent, &holds)?.on_leaf(&leaf);
-            if whole_leaf(&elig, &parent, &leaf)?.is_none() {
-                return Ok(None);
-            }
-            let rows = rows_in(policy.owner, &leaf)?;
-            if rows != b.rows {
-                return Ok(None);
-            }
-            // Every row of the batch at its place with its key (so, with the count, the leaf's
-            // rows are the batch's), rendering to the archived slice; a mismatch refuses.
-            let found = crate::author::run_as(policy.owner, || render_batch(rel, ctids))?;
-            let now = in_claim_order(b, rel, keys, ctids, found)?;
-            matches_archive(b, &now, archived)?;
-            drop_leaf(policy.owner, &leaf)?;
-            Ok(Some(rows))
-        })
+    let (fence, holds) = HoldFence::read(parent.oid)?;
+    let elig = Eligibility::new(policy, &parent, &holds)?.on_leaf(&leaf);
+    let attempt = drop_proven(&elig, &parent, &leaf, |rows| {
+        // A hold placed since the holds were read: the row prune reads them again.
+        if rows != b.rows || fence.tripped_now()? {
+            return Ok(false);
+        }
+        // Every row of the batch at its place with its key (so, with the count, the leaf's
+        // rows are the batch's), rendering to the archived slice; a mismatch refuses.
+        let found = crate::author::run_as(policy.owner, || render_batch(rel, ctids))?;
+        let now = in_claim_order(b, rel, keys, ctids, found)?;
+        matches_archive(b, &now, archived)?;
+        Ok(true)
     })?;
     Ok(match attempt {
-        Attempt::Done(rows) => Some(Dropped { leaf, rows }),
+        Attempt::Done((rows, _)) => Some(Dropped { leaf, rows }),
         Attempt::Declined | Attempt::Busy => None,
     })
 }

@@ -130,24 +130,12 @@ pub fn retire(
         return Ok(Retired::NotWhole);
     }
     let mut new_hold = false;
-    let attempt = lock_timeout(|| {
-        subxact::unless_busy(|| {
-            lock_rows(elig.policy().owner, leaf)?;
-            // Under the lock no row of the leaf can change until the drop commits.
-            let Some(proof) = whole_leaf(elig, rel, leaf)? else {
-                return Ok(None);
-            };
-            if fence_tripped()? {
-                new_hold = true;
-                return Ok(None);
-            }
-            let rows = rows_in(elig.policy().owner, leaf)?;
-            if rows > remaining {
-                return Ok(None);
-            }
-            drop_leaf(elig.policy().owner, leaf)?;
-            Ok(Some((rows, proof)))
-        })
+    let attempt = drop_proven(elig, rel, leaf, |rows| {
+        if fence_tripped()? {
+            new_hold = true;
+            return Ok(false);
+        }
+        Ok(rows <= remaining)
     })?;
     Ok(match attempt {
         Attempt::Done((rows, proof)) => Retired::Dropped { rows, proof },
@@ -157,9 +145,37 @@ pub fn retire(
     })
 }
 
+/// Drops `leaf` (the leaf `elig` is on) under its proof, within `pg_retention.drop_lock_timeout`
+/// and in a subtransaction: a SHARE lock on the leaf (none of its rows can change until the
+/// drop commits), the proof of [`whole_leaf`] again under it, the leaf's rows counted, then
+/// `admit(rows)`, the caller's last word, and the `DROP TABLE`. Declined (no proof, or `admit`
+/// said no) or busy (a lock not granted in time), nothing of it stays, locks included.
+pub fn drop_proven(
+    elig: &Eligibility<'_>,
+    rel: &RelationInfo,
+    leaf: &Leaf,
+    admit: impl FnOnce(i64) -> Result<bool>,
+) -> Result<Attempt<(i64, Proof)>> {
+    let owner = elig.policy().owner;
+    lock_timeout(|| {
+        subxact::unless_busy(|| {
+            lock_rows(owner, leaf)?;
+            let Some(proof) = whole_leaf(elig, rel, leaf)? else {
+                return Ok(None);
+            };
+            let rows = rows_in(owner, leaf)?;
+            if !admit(rows)? {
+                return Ok(None);
+            }
+            drop_leaf(owner, leaf)?;
+            Ok(Some((rows, proof)))
+        })
+    })
+}
+
 /// Takes a SHARE lock on `leaf` as `owner` (the policy's): none of its rows can change, and no
 /// row can be added to it, until the transaction ends.
-pub fn lock_rows(owner: u32, leaf: &Leaf) -> Result<()> {
+fn lock_rows(owner: u32, leaf: &Leaf) -> Result<()> {
     crate::author::run_as(owner, || {
         Spi::run(&format!("LOCK TABLE ONLY {} IN SHARE MODE", leaf.qualified))?;
         Ok(())
@@ -177,7 +193,7 @@ pub fn rows_in(owner: u32, leaf: &Leaf) -> Result<i64> {
 }
 
 /// Drops `leaf` as `owner`, who may (see [`whole_leaf`]).
-pub fn drop_leaf(owner: u32, leaf: &Leaf) -> Result<()> {
+fn drop_leaf(owner: u32, leaf: &Leaf) -> Result<()> {
     crate::author::run_as(owner, || {
         Spi::run(&format!("DROP TABLE {}", leaf.qualified))?;
         Ok(())
@@ -186,7 +202,7 @@ pub fn drop_leaf(owner: u32, leaf: &Leaf) -> Result<()> {
 
 /// Runs `f` with `lock_timeout = pg_retention.drop_lock_timeout`, and the session's own value
 /// again afterwards (the setting is local to the transaction either way).
-pub fn lock_timeout<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+fn lock_timeout<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     let previous = present(
         Spi::get_one::<String>("SELECT current_setting('lock_timeout')")?,
         "lock_timeout",
