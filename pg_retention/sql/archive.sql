@@ -20,7 +20,13 @@ CREATE TABLE retention.batches (
     claimed_at     timestamptz NOT NULL DEFAULT now(),
     lease_until    timestamptz NOT NULL,
     finished_at    timestamptz,
-    finish_reason  text
+    finish_reason  text,
+    -- What the prune proves its deletes against (NULL for batches claimed before 0.4.0): the
+    -- table's relfilenode when the rows were claimed (a rewrite gives it a new one), and the
+    -- BLAKE3 and length of the slice the claim rendered from them.
+    relfilenode    oid,
+    blake3         text,
+    bytes          bigint
 );
 CREATE INDEX batches_live ON retention.batches (policy_id) WHERE state = 'claimed';
 CREATE INDEX batches_live_relation ON retention.batches (relation) WHERE state = 'claimed';
@@ -30,18 +36,21 @@ CREATE INDEX batches_latest ON retention.batches (policy_id, claimed_at);
 
 -- The enumerated key set of each live batch: the text output of each primary-key column, key
 -- after key in key order, in one array (one row per batch, not per key: claims and prunes
--- write one tuple), and where each row was when claimed (rows are read back from there and
--- must still carry their key). The row goes when the batch ends.
+-- write one tuple), where each row was when claimed and the xmin of the version claimed (the
+-- prune deletes a row only when it is that same version, at that place, with that key: see
+-- docs/reliability.md). The row goes when the batch ends.
 CREATE TABLE retention.batch_keys (
     batch_id uuid PRIMARY KEY REFERENCES retention.batches (id),
     keys     text[] NOT NULL,
-    ctids    tid[] NOT NULL
+    ctids    tid[] NOT NULL,
+    xmins    bigint[] NOT NULL
 );
 -- Stored out of line but not compressed: every claim writes the row and every read-back reads
 -- it, and compressing ~150 kB of short keys cost more than the bytes it saved (insert 7 -> 4 ms,
 -- read 2.6 -> 0.7 ms for 10,000 keys).
 ALTER TABLE retention.batch_keys ALTER COLUMN keys SET STORAGE EXTERNAL,
-                                 ALTER COLUMN ctids SET STORAGE EXTERNAL;
+                                 ALTER COLUMN ctids SET STORAGE EXTERNAL,
+                                 ALTER COLUMN xmins SET STORAGE EXTERNAL;
 
 -- Every verified archive object whose rows were pruned. Never pruned, never changed.
 CREATE TABLE retention.archive_records (

@@ -61,9 +61,13 @@ pub enum Statement<'a> {
     Plan(&'a OwnedPreparedStatement),
 }
 
+/// A row version: where it is and the transaction that wrote it (its `xmin`, as a number).
+pub type Version = (Tid, i64);
+
 /// Runs `sql` and calls `each` once per result row with its first `render` columns rendered to
 /// their text output (None for NULL; later columns are None) and, when the column after them
-/// is a tid, that tid as a [`Tid`]. The strings live in a memory context reset after each
+/// is a tid, that tid as a [`Tid`], with the xid after it (the row's `xmin`) when there is
+/// one. The strings live in a memory context reset after each
 /// row, so a batch costs one row's worth of rendered text at a time. With `extremes`, also
 /// returns the least and greatest value of that column.
 fn for_each_rendered(
@@ -71,7 +75,7 @@ fn for_each_rendered(
     args: &[DatumWithOid<'_>],
     render: usize,
     extremes: Option<usize>,
-    mut each: impl FnMut(&[Option<&str>], Option<Tid>) -> Result<()>,
+    mut each: impl FnMut(&[Option<&str>], Option<Tid>, Option<i64>) -> Result<()>,
 ) -> Result<Extremes> {
     Spi::connect_mut(|client| {
         let table = match sql {
@@ -85,7 +89,8 @@ fn for_each_rendered(
         // SAFETY: SPI_tuptable is the result of the statement just run and stays valid until the
         // next SPI call, which nothing below makes; each tuple is deformed against its own
         // descriptor, every datum goes to the output function of its column's type, the column
-        // after the rendered ones is read as a tid only when it is one, and the extremes are
+        // after the rendered ones is read as a tid only when it is one (and the one after that
+        // as an xid only when it is one), and the extremes are
         // datums of those tuples, compared with their type's comparison function.
         unsafe {
             let tt = pg_sys::SPI_tuptable;
@@ -98,6 +103,9 @@ fn for_each_rendered(
             let place_at = (render < natts
                 && pg_sys::SPI_gettypeid(tupdesc, render as i32 + 1) == pg_sys::TIDOID)
                 .then_some(render);
+            let xmin_at = place_at.map(|c| c + 1).filter(|&c| {
+                c < natts && pg_sys::SPI_gettypeid(tupdesc, c as i32 + 1) == pg_sys::XIDOID
+            });
             let mut order = match extremes {
                 Some(c) if c < natts => Some(Order::new(tupdesc, c)?),
                 _ => None,
@@ -114,6 +122,10 @@ fn for_each_rendered(
                 let place = place_at
                     .filter(|&c| !nulls[c])
                     .map(|c| tid::of(*values[c].cast_mut_ptr::<pg_sys::ItemPointerData>()));
+                // An xid is a 32-bit value passed by value.
+                let xmin = xmin_at
+                    .filter(|&c| !nulls[c])
+                    .map(|c| i64::from(values[c].value() as u32));
                 let result = scratch.switch_to(|_| {
                     let mut texts: Vec<Option<&str>> = vec![None; natts];
                     for (i, f) in fns.iter_mut().enumerate().take(render) {
@@ -121,7 +133,7 @@ fn for_each_rendered(
                             texts[i] = Some(f.text(values[i])?);
                         }
                     }
-                    each(&texts, place)
+                    each(&texts, place, xmin)
                 });
                 scratch.reset();
                 result?;
@@ -226,6 +238,8 @@ pub struct Rendered {
     /// Each row's place (its ctid, the statement's column after the rendered ones), when the
     /// statement has one.
     pub places: Vec<Tid>,
+    /// Each row's `xmin` (the column after its ctid), when the statement has one.
+    pub xmins: Vec<i64>,
 }
 
 impl Rendered {
@@ -273,6 +287,9 @@ impl Rendered {
             out.keys
                 .extend_from_slice(self.keys.get(i * arity..(i + 1) * arity)?);
             out.places.push(place);
+            if let Some(&x) = self.xmins.get(i) {
+                out.xmins.push(x);
+            }
         }
         Some(out)
     }
@@ -284,6 +301,12 @@ impl Rendered {
         self.ends.extend(other.ends.iter().map(|end| base + end));
         self.keys.extend(other.keys);
         self.places.extend(other.places);
+        self.xmins.extend(other.xmins);
+    }
+
+    /// Each row's version (place and `xmin`), for a statement that returned both.
+    pub fn versions(&self) -> impl Iterator<Item = Version> + '_ {
+        self.places.iter().copied().zip(self.xmins.iter().copied())
     }
 
     /// The frames one by one.
@@ -318,7 +341,7 @@ pub fn render_rows(
 ) -> Result<(Rendered, Extremes)> {
     let width = layout.width;
     let mut out = Rendered::default();
-    let extremes = for_each_rendered(sql, args, width, layout.extremes, |values, place| {
+    let extremes = for_each_rendered(sql, args, width, layout.extremes, |values, place, xmin| {
         let columns = values.get(..width).ok_or_else(|| {
             RetentionError::Internal(format!("expected {width} columns, got {}", values.len()))
         })?;
@@ -330,6 +353,7 @@ pub fn render_rows(
             out.ends.push(out.slice.len());
         }
         out.places.extend(place);
+        out.xmins.extend(xmin);
         Ok(())
     })?;
     Ok((out, extremes))
@@ -377,6 +401,34 @@ pub fn render_at(
         mutating,
     )?;
     render_frames(rel, Statement::Plan(&plan), &[tid::pointers(places).into()])
+}
+
+/// The keys and versions of the rows of `sql`, a statement built at run time over the tids `$1`
+/// (a tid[], the `places`) that returns the table's primary-key columns, a ctid and an xmin,
+/// through a plan kept for its text; `mutating` for one that writes. Nothing else is rendered.
+pub fn versions_at(
+    rel: &RelationInfo,
+    sql: &str,
+    places: &[Tid],
+    mutating: bool,
+) -> Result<Rendered> {
+    let plan = prepared::cached(
+        sql,
+        &[PgOid::BuiltIn(pg_sys::BuiltinOid::TIDARRAYOID)],
+        mutating,
+    )?;
+    let layout = RowLayout {
+        width: rel.pk.len(),
+        key_at: (0..rel.pk.len()).collect(),
+        frames: false,
+        extremes: None,
+    };
+    let (rendered, _) = render_rows(
+        Statement::Plan(&plan),
+        &[tid::pointers(places).into()],
+        &layout,
+    )?;
+    Ok(rendered)
 }
 
 /// Frames of up to `limit` rows of the table matching `condition` (over alias `t`).

@@ -611,26 +611,117 @@ fn a_table_rewritten_after_the_claim_makes_complete_refuse() {
     assert_eq!(batch_ids(&mut db, &again).first(), Some(&31));
 }
 
+/// A rewrite that leaves every row where it was (nothing to compact) still gives the table a
+/// new relfilenode, and the prune refuses: the proof is by row version in the claimed storage.
+#[test]
+fn a_rewrite_that_moves_no_row_makes_complete_refuse() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let places = |db: &mut Client| -> Vec<String> {
+        db.query(
+            "SELECT ctid::text || ':' || xmin::text FROM audit ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    let before = places(&mut db);
+    let batch = claim(&mut db, 10).unwrap();
+    let (_, digest, rows, bytes) = slice(&mut db, &batch);
+    db.batch_execute("VACUUM FULL audit").unwrap();
+    assert_eq!(
+        places(&mut db),
+        before,
+        "the rewrite moved rows; the test needs it not to"
+    );
+    let err = complete(&mut db, &batch, &digest, rows, bytes).unwrap_err();
+    let db_err = err.as_db_error().expect("a database error");
+    assert_eq!(db_err.code().code(), "RT502", "{db_err:?}");
+    assert!(db_err.message().contains("relfilenode"), "{db_err:?}");
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), 100);
+}
+
+/// A claimed row deleted and its place taken by a new row with the same key (after a vacuum
+/// freed it) is another version: its xmin differs, and the prune refuses and deletes nothing.
+#[test]
+fn a_new_row_in_a_claimed_rows_place_with_its_key_makes_complete_refuse() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 100);
+    let batch = claim(&mut db, 10).unwrap();
+    let (_, digest, rows, bytes) = slice(&mut db, &batch);
+    let place = |db: &mut Client| -> String {
+        db.query_one("SELECT ctid::text FROM audit WHERE id = 33", &[])
+            .unwrap()
+            .get(0)
+    };
+    let was = place(&mut db);
+    db.batch_execute("DELETE FROM audit WHERE id = 33").unwrap();
+    db.batch_execute("VACUUM audit").unwrap();
+    db.batch_execute(
+        "INSERT INTO audit SELECT 33, 'closed', closed_at, 'another row' FROM audit WHERE id = 34",
+    )
+    .unwrap();
+    assert_eq!(
+        place(&mut db),
+        was,
+        "the new row went elsewhere; the test needs it in the old place"
+    );
+    let err = complete(&mut db, &batch, &digest, rows, bytes).unwrap_err();
+    let db_err = err.as_db_error().expect("a database error");
+    assert_eq!(db_err.code().code(), "RT502", "{db_err:?}");
+    assert!(
+        db_err.message().contains("other row versions"),
+        "{db_err:?}"
+    );
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), 100);
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM audit WHERE note = 'another row'"
+        ),
+        1
+    );
+}
+
 #[test]
 fn concurrent_claims_never_overlap() {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");
     audit(&mut db, 200);
     let mut a = c.connect("postgres");
-    let mut b = c.connect("postgres");
     let mut ta = a.transaction().unwrap();
     let first: Option<String> = ta
         .query_one("SELECT retention.claim_batch('audit', 20)::text", &[])
         .unwrap()
         .get(0);
-    // The first claim is not committed yet: its rows are locked, the second claim skips them.
-    let mut tb = b.transaction().unwrap();
-    let second: Option<String> = tb
-        .query_one("SELECT retention.claim_batch('audit', 20)::text", &[])
-        .unwrap()
-        .get(0);
-    tb.commit().unwrap();
+    // The first claim is not committed yet: the second waits for its turn, then starts after
+    // the first batch.
+    let url = c.url("postgres");
+    let second = std::thread::spawn(move || {
+        let mut b = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut tb = b.transaction().unwrap();
+        let second: Option<String> = tb
+            .query_one("SELECT retention.claim_batch('audit', 20)::text", &[])
+            .unwrap()
+            .get(0);
+        tb.commit().unwrap();
+        second
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(!second.is_finished(), "the second claim did not wait");
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ),
+        1
+    );
     ta.commit().unwrap();
+    let second = second.join().unwrap();
     let (first, second) = (first.unwrap(), second.unwrap());
     let x = batch_ids(&mut db, &first);
     let y = batch_ids(&mut db, &second);
@@ -642,6 +733,13 @@ fn concurrent_claims_never_overlap() {
     let third = claim(&mut db, 1000).unwrap();
     let z = batch_ids(&mut db, &third);
     assert!(z.iter().all(|id| !x.contains(id) && !y.contains(id)));
+    // A claim needs to see the batches committed while it waited: not in REPEATABLE READ.
+    let (code, _) = expect_error(
+        &mut db,
+        "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT retention.claim_batch('audit', 20); COMMIT",
+    );
+    db.batch_execute("ROLLBACK").unwrap();
+    assert_eq!(code, "55000");
 }
 
 #[test]

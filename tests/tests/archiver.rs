@@ -196,6 +196,111 @@ fn overlapping_batches_archive_every_row_once() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Three archivers `run` against one database at once, and one of them dies right after its
+/// first claim: no row is claimed twice, no slice written twice, the dead one's batch expires
+/// and is completed by the others, the total archived equals the eligible rows, and
+/// `verify --all` passes.
+#[test]
+fn three_archivers_at_once_archive_every_row_once_even_when_one_dies_mid_batch() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 6000);
+    let want = eligible(&mut db);
+    let (dir, url) = file_store();
+    let base = Archiver::new(&c.url("postgres"), &url)
+        .with_env("PG_RETENTION_LEASE", "3s")
+        .with_env("PG_RETENTION_METRICS_ADDR", "127.0.0.1:0");
+    let archiver = |owner: &str| Archiver {
+        owner: owner.into(),
+        ..base.clone()
+    };
+    let args = ["run", "--batch-rows", "150", "--idle-sleep", "1s"];
+    // The one that dies starts first, so it has rows to claim; the others start at once.
+    let mut dying = archiver("dying")
+        .with_env("PG_RETENTION_ARCHIVER_FAULT", "after-claim")
+        .spawn(&args);
+    let children: Vec<_> = ["first", "second"]
+        .iter()
+        .map(|o| archiver(o).spawn(&args))
+        .collect();
+    assert!(!dying.wait().unwrap().success(), "the fault kills it");
+    let done = c.wait_until(std::time::Duration::from_secs(120), || {
+        let mut db = c.connect("postgres");
+        eligible(&mut db) == 0
+            && scalar(
+                &mut db,
+                "SELECT count(*) FROM retention.batches WHERE state = 'claimed'",
+            ) == 0
+    });
+    for child in &children {
+        let term = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+    }
+    let mut logs = String::new();
+    for child in children {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        logs.push_str(&text(&o));
+    }
+    assert!(
+        done,
+        "the two archivers left finish the work, the dead one's batch included:\n{logs}"
+    );
+    assert_nothing_lost(&mut db);
+    assert_eq!(
+        scalar(&mut db, "SELECT sum(rows)::bigint FROM retention.archives"),
+        want,
+        "every eligible row archived once"
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.batches WHERE owner = 'dying' AND state = 'expired'"
+        ),
+        1,
+        "the dead archiver's batch expired"
+    );
+    assert!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'lease_expired'"
+        ) >= 1
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(DISTINCT b.owner) FROM retention.batches b WHERE b.state = 'pruned'"
+        ),
+        2,
+        "both archivers left pruned batches"
+    );
+    // One slice per archive (the dead one's claim wrote nothing), every slice a distinct key.
+    let keys = base.slice_keys();
+    let distinct: std::collections::HashSet<&String> = keys.iter().collect();
+    assert_eq!(distinct.len(), keys.len());
+    assert_eq!(
+        keys.len() as i64,
+        scalar(&mut db, "SELECT count(*) FROM retention.archives")
+    );
+    let o = base.run(&["verify", "--all"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let restored = base.restore_all();
+    for diff in [
+        format!("SELECT * FROM expected EXCEPT ALL ({restored})"),
+        format!("({restored}) EXCEPT ALL SELECT * FROM expected"),
+    ] {
+        assert_eq!(
+            scalar(&mut db, &format!("SELECT count(*) FROM ({diff}) d")),
+            0,
+            "the slices hold exactly the eligible rows, none twice"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Rows that keep ageing past the cutoff (a trickle): a short batch means the archiver caught
 /// up, so `run` sleeps its idle time instead of claiming again at once (each claim would read the
 /// table's unexpired rows again for the one row that aged meanwhile), and `once` stops.

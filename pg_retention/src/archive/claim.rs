@@ -1,5 +1,7 @@
 //! Claiming: eligible, unheld rows not in another live batch become a batch, walked in key
-//! order from the policy's watermark, locked, and (for the archiver) rendered as they are read.
+//! order from the policy's watermark and rendered as they are read. Claims of one table take
+//! turns (a transaction-scoped advisory lock): each one sees the batches committed before it,
+//! so no row is claimed twice, and no row is locked (a lock per row cost a WAL record per row).
 
 use super::{lease, owner_may_archive, slice};
 use crate::catalog::{
@@ -10,7 +12,6 @@ use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::validate::interval_sign;
 use crate::error::{Result, RetentionError};
 use crate::render::{render_rows, Extremes, Rendered, RowLayout, Statement};
-use crate::sql_text::ident;
 use pgrx::prelude::*;
 use serde_json::json;
 
@@ -33,14 +34,14 @@ fn archive_policy(name: &str) -> Result<Policy> {
 }
 
 /// Claims up to `max_rows` eligible, unheld rows not in another live batch. None when there are
-/// none. Concurrent claims skip each other's rows (SKIP LOCKED) and never overlap.
+/// none. Concurrent claims of a table wait for each other and never overlap.
 pub fn claim(
     name: &str,
     max_rows: i32,
     lease: &str,
     owner: Option<&str>,
 ) -> Result<Option<String>> {
-    Ok(claim_rendering(name, max_rows, lease, owner, true, false)?.map(|c| c.batch))
+    Ok(claim_rendering(name, max_rows, lease, owner, true)?.map(|c| c.batch))
 }
 
 /// A claimed batch.
@@ -55,8 +56,8 @@ pub struct Claimed {
     pub more: bool,
 }
 
-/// [`claim`], and the batch's slice: rendered from the rows the claim itself read and locked,
-/// so the rows are read once for both (a resumed batch is rendered from its stored key set).
+/// [`claim`], and the batch's slice: rendered from the rows the claim itself read, so the rows
+/// are read once for both (a resumed batch is rendered from its stored key set).
 /// Without `resume` an owner's unfinished batch is left alone (an archiver with one batch in
 /// flight claims the next). Returns the batch, its slice and [`Claimed::more`].
 pub fn claim_with_slice(
@@ -71,7 +72,7 @@ pub fn claim_with_slice(
     // touched, and objects written for it are never pruned against (its batch id is gone). The
     // batch's prune commits with the session's own setting, which flushes the claim too.
     prepared::commit_unflushed()?;
-    let Some(c) = claim_rendering(name, max_rows, lease, owner, resume, true)? else {
+    let Some(c) = claim_rendering(name, max_rows, lease, owner, resume)? else {
         return Ok(None);
     };
     let slice = match c.slice {
@@ -81,14 +82,13 @@ pub fn claim_with_slice(
     Ok(Some((c.batch, slice, c.more)))
 }
 
-/// A claim; with `render`, the slice of a newly claimed batch too.
+/// A claim, and the slice of a newly claimed batch.
 fn claim_rendering(
     name: &str,
     max_rows: i32,
     lease: &str,
     owner: Option<&str>,
     resume: bool,
-    render: bool,
 ) -> Result<Option<Claimed>> {
     let policy = archive_policy(name)?;
     if max_rows < 1 {
@@ -118,7 +118,7 @@ fn claim_rendering(
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
     owner_may_archive(&policy, &rel)?;
     if !rel.partitioned() {
-        return claim_in(&policy, &rel, max_rows, lease, owner, render);
+        return claim_in(&policy, &rel, max_rows, lease, owner);
     }
     // A partitioned table is claimed leaf by leaf: a batch's rows lie in one leaf, where they
     // are addressed by ctid as in a table of its own (the batch's relation is the leaf).
@@ -130,7 +130,7 @@ fn claim_rendering(
             continue;
         }
         let target = RelationInfo::load(leaf.oid, &leaf.qualified)?;
-        if let Some(mut claimed) = claim_in(&policy, &target, max_rows, lease, owner, render)? {
+        if let Some(mut claimed) = claim_in(&policy, &target, max_rows, lease, owner)? {
             claimed.more |= i + 1 < leaves.len();
             return Ok(Some(claimed));
         }
@@ -192,6 +192,32 @@ fn claimable_leaves(policy: &Policy, rel: &RelationInfo, max_rows: i32) -> Resul
     Ok(targets)
 }
 
+/// Waits for the other claims of table `oid` to end (until this transaction ends, no other
+/// claim there starts). Every statement of a claim after this sees the batches they made: in
+/// READ COMMITTED each one reads a snapshot taken when it starts, which [`claim`] insists on.
+fn take_turn(oid: u32) -> Result<()> {
+    let isolation = crate::catalog::optional_one::<String, _>(
+        "SELECT current_setting('transaction_isolation')",
+        &[],
+    )?;
+    if isolation.as_deref() != Some("read committed") {
+        return Err(RetentionError::WrongState {
+            message: format!(
+                "claims run in READ COMMITTED transactions, not {}",
+                isolation.as_deref().unwrap_or("unknown")
+            ),
+            hint: "A claim must see the batches claimed while it waited for its turn; claim in a READ COMMITTED transaction.".into(),
+        });
+    }
+    // The advisory lock's first key says whose lock it is (0x5254 = "RT"), the second the
+    // table; an oid beyond 2^31 wraps to a negative int4, which is still one key per table.
+    Spi::run_with_args(
+        "SELECT pg_catalog.pg_advisory_xact_lock(21076, $1::bigint::oid::int4)",
+        &[i64::from(oid).into()],
+    )?;
+    Ok(())
+}
+
 /// A claim in one table (the policy's, or a leaf of it); `more` when it filled the batch.
 fn claim_in(
     policy: &Policy,
@@ -199,9 +225,9 @@ fn claim_in(
     max_rows: i32,
     lease: &str,
     owner: Option<&str>,
-    render: bool,
 ) -> Result<Option<Claimed>> {
     owner_may_archive(policy, rel)?;
+    take_turn(rel.oid)?;
     let holds = active_holds(rel.oid)?;
     let elig = Eligibility::new(policy, rel, &holds)?;
     if elig.kind() != Kind::Age {
@@ -221,15 +247,7 @@ fn claim_in(
         // few dozen of them it fell below the claim's limit, so the planner read every eligible
         // row and sorted them (1.1 s and a 156 MB sort on disk per claim, against ~30 ms).
         let live = Batch::live_ranges(rel, watermark.as_deref())?;
-        let (claimed, age) = claim_keys(
-            policy,
-            rel,
-            &elig,
-            max_rows,
-            watermark.as_deref(),
-            &live,
-            render,
-        )?;
+        let (claimed, age) = claim_keys(policy, rel, &elig, max_rows, watermark.as_deref(), &live)?;
         if !claimed.keys.is_empty() || watermark.is_none() {
             break (claimed, age);
         }
@@ -242,9 +260,11 @@ fn claim_in(
         policy,
         relation: rel,
         owner,
+        slice: claimed.summary(),
         keys: claimed.keys,
         arity: rel.pk.len(),
         places: &claimed.places,
+        xmins: &claimed.xmins,
         age: (age.min, age.max),
         lease,
     })?;
@@ -261,7 +281,7 @@ fn claim_in(
     .append()?;
     Ok(Some(Claimed {
         batch,
-        slice: render.then_some(claimed.slice),
+        slice: Some(claimed.slice),
         more: rows >= i64::from(max_rows),
     }))
 }
@@ -275,10 +295,9 @@ fn key_literal(key: &[Option<String>]) -> String {
     format!("ARRAY[{}]::text[]", items.join(", "))
 }
 
-/// Locks and renders the keys of up to `max_rows` eligible rows after `after` (in key order)
-/// outside the live batches' ranges, with `render` their frames too, and the rows' claim-time
-/// places; the extremes are those of the age column. Rows another
-/// transaction holds locked (a concurrent claim) are skipped.
+/// Renders up to `max_rows` eligible rows after `after` (in key order) outside the live
+/// batches' ranges: their frames, keys, claim-time places and xmins; the extremes are those of
+/// the age column.
 fn claim_keys(
     policy: &Policy,
     rel: &RelationInfo,
@@ -286,22 +305,19 @@ fn claim_keys(
     max_rows: i32,
     after: Option<&[Option<String>]>,
     live: &[KeyRange],
-    render: bool,
 ) -> Result<(Rendered, Extremes)> {
-    let names: Vec<String> = if render {
-        rel.columns.iter().map(|c| ident(&c.name)).collect()
-    } else {
-        rel.pk.iter().map(|c| ident(c)).collect()
-    };
-    let key_at: Vec<usize> = if render {
-        rel.pk_positions()?
-    } else {
-        (0..rel.pk.len()).collect()
-    };
     let age_name = policy
         .age_column
         .as_deref()
         .ok_or_else(|| RetentionError::Internal("an archive policy without age_column".into()))?;
+    let age_at = rel
+        .columns
+        .iter()
+        .position(|c| c.name == age_name)
+        .ok_or_else(|| RetentionError::UndefinedColumn {
+            relation: rel.qualified.clone(),
+            column: age_name.to_owned(),
+        })?;
     let mut outside = Vec::new();
     for (first, last) in live {
         outside.push(format!(
@@ -310,23 +326,11 @@ fn claim_keys(
             rel.key_compare("<=", &key_literal(last))?
         ));
     }
-    let width = names.len();
-    // The age column's least and greatest value go to the manifest: it is among the rendered
-    // columns, or selected after the ctid when only keys are.
-    let (age_at, age_extra) = match rel.columns.iter().position(|c| c.name == age_name) {
-        Some(i) if render => (i, String::new()),
-        _ => (width + 1, format!(", t.{}", ident(age_name))),
-    };
     let sql = format!(
-        "SELECT {cols}, t.ctid{age_extra} FROM ONLY {table} t
+        "SELECT {cols}, t.ctid, t.xmin FROM ONLY {table} t
           WHERE {eligible} AND {after} AND {outside}
-          ORDER BY {order} LIMIT {max_rows}
-            FOR UPDATE OF t SKIP LOCKED",
-        cols = names
-            .iter()
-            .map(|c| format!("t.{c}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+          ORDER BY {order} LIMIT {max_rows}",
+        cols = rel.column_list(),
         table = rel.qualified,
         eligible = elig.age_predicate(Guards::ALL),
         after = if after.is_some() {
@@ -343,9 +347,9 @@ fn claim_keys(
     );
     let after: Option<Texts> = after.map(<[_]>::to_vec);
     let layout = RowLayout {
-        width,
-        key_at,
-        frames: render,
+        width: rel.columns.len(),
+        key_at: rel.pk_positions()?,
+        frames: true,
         extremes: Some(age_at),
     };
     elig.as_owner(|| render_rows(Statement::Text(&sql), &[after.into()], &layout))

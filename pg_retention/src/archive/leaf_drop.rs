@@ -2,19 +2,18 @@
 //! leaf small enough for one batch, or the last batch of a leaf whose earlier batches were
 //! pruned) and the leaf is entirely eligible and unheld, completing the batch drops the leaf
 //! instead of deleting its rows. Inside the dropping transaction, under a SHARE lock on the leaf (no row
-//! of it can change until the drop commits), the leaf holds exactly the batch's row count, every
-//! one of the batch's rows is found at its claim-time place with its key, and their contents
-//! render to the slice the archiver wrote and read back: the rows dropped are the archived rows.
-//! Anything short of that, or a lock not granted in time, leaves the batch to the row prune.
+//! of it can change until the drop commits), the leaf holds exactly the batch's row count and
+//! every one of the batch's rows is the version claimed (its place, xmin and key, in the same
+//! relfilenode; the prune checked the archiver's slice against the claim's): the rows dropped
+//! are the archived rows. Anything short of that, or a lock not granted in time, leaves the
+//! batch to the row prune.
 
-use super::verify::{in_claim_order, matches_archive, Archived};
-use crate::catalog::{partition, Batch, HoldFence, Leaf, Policy, RelationInfo, Texts};
+use super::verify::{kept_versions, same_storage, same_versions};
+use crate::catalog::{partition, Batch, ClaimedRows, HoldFence, Leaf, Policy, RelationInfo};
 use crate::engine::eligible::Eligibility;
 use crate::engine::retire::drop_proven;
 use crate::error::{present, Result};
-use crate::render::render_batch;
 use crate::subxact::Attempt;
-use crate::tid::Tid;
 use pgrx::prelude::*;
 
 /// A leaf dropped with its batch.
@@ -31,9 +30,7 @@ pub(super) fn drop_if_whole(
     b: &Batch,
     policy: &Policy,
     rel: &RelationInfo,
-    keys: &Texts,
-    ctids: &[Tid],
-    archived: &Archived<'_>,
+    claimed: &ClaimedRows,
 ) -> Result<Option<Dropped>> {
     if policy.relation == rel.oid {
         return Ok(None);
@@ -66,11 +63,11 @@ pub(super) fn drop_if_whole(
         if rows != b.rows || fence.tripped_now()? {
             return Ok(false);
         }
-        // Every row of the batch at its place with its key (so, with the count, the leaf's
-        // rows are the batch's), rendering to the archived slice; a mismatch refuses.
-        let found = crate::author::run_as(policy.owner, || render_batch(rel, ctids))?;
-        let now = in_claim_order(b, rel, keys, ctids, found)?;
-        matches_archive(b, &now, archived)?;
+        // Every row of the batch the version claimed (so, with the count, the leaf's rows are
+        // the batch's); a mismatch refuses.
+        let found = kept_versions(policy, rel, &claimed.places)?;
+        same_versions(b, claimed, rel.pk.len(), &found)?;
+        same_storage(b, rel)?;
         Ok(true)
     })?;
     Ok(match attempt {

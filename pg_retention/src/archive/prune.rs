@@ -1,9 +1,10 @@
-//! The prune of an archived batch: delete the batch's rows that are still eligible and that no
-//! hold and no reference keeps, render the rows kept, and check the whole batch against the
-//! archive (`verify.rs`) before anything is recorded. All of it in the caller's transaction.
+//! The prune of an archived batch: check the archiver's slice against the one the claim
+//! rendered, delete the batch's rows that are still eligible and that no hold and no reference
+//! keeps, and prove that the rows deleted and the rows kept are exactly the versions claimed
+//! (`verify.rs`) before anything is recorded. All of it in the caller's transaction.
 
 use super::leaf_drop::Dropped;
-use super::verify::{in_claim_order, matches_archive, Archived};
+use super::verify::{kept_versions, matches_claim, same_storage, same_versions, Archived};
 use super::{batch_policy, owner_may_archive};
 use crate::catalog::{
     caller, ArchiveRecord, Batch, BatchState, HoldFence, LedgerEntry, LedgerMethod, Policy,
@@ -11,7 +12,7 @@ use crate::catalog::{
 };
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::error::{Result, RetentionError};
-use crate::render::{render_at, render_batch};
+use crate::render::versions_at;
 use serde_json::json;
 
 /// Verifies and prunes a batch in the caller's transaction. Returns rows deleted; 0 for a
@@ -70,15 +71,15 @@ fn prune_verified(
     }
     let (policy, rel) = batch_policy(&b)?;
     owner_may_archive(&policy, &rel)?;
-    let (keys, ctids) = Batch::keys(&b.id)?;
-    if let Some(dropped) =
-        super::leaf_drop::drop_if_whole(&b, &policy, &rel, &keys, &ctids, archived)?
-    {
+    // The slice first: nothing is deleted against a slice other than the one claimed.
+    matches_claim(&b, archived)?;
+    let claimed = Batch::claimed_rows(&b.id)?;
+    if let Some(dropped) = super::leaf_drop::drop_if_whole(&b, &policy, &rel, &claimed)? {
         return record_drop(&b, &policy, &rel, object_key, archived, dropped);
     }
-    // Delete returning the rows as they were, with the same hold fence as the sweep: a hold
-    // placed while we work makes us read the holds again. No row is gone unless this
-    // transaction proved its contents hash to the archived slice.
+    // Delete returning each deleted version's key, place and xmin, with the same hold fence as
+    // the sweep: a hold placed while we work makes us read the holds again. No row is gone
+    // unless this transaction proved it is the version the slice was rendered from.
     let mut attempt = 0;
     let (gone, holds) = loop {
         attempt += 1;
@@ -87,27 +88,26 @@ fn prune_verified(
         let sql = format!(
             "DELETE FROM ONLY {table} t
               WHERE t.ctid = ANY ($1) AND {guards} AND NOT {fenced}
-          RETURNING {cols}, t.ctid",
+          RETURNING {key}, t.ctid, t.xmin",
             table = rel.qualified,
             guards = elig.age_predicate(Guards::ALL),
             fenced = fence.tripped(),
-            cols = rel.column_list(),
+            key = rel.pk_order(),
         );
-        let gone = elig.as_owner(|| render_at(&rel, &sql, &ctids, true))?;
-        if !gone.ends.is_empty() || attempt >= 5 || !fence.tripped_now()? {
+        let gone = elig.as_owner(|| versions_at(&rel, &sql, &claimed.places, true))?;
+        if !gone.places.is_empty() || attempt >= 5 || !fence.tripped_now()? {
             break (gone, holds);
         }
     };
-    let deleted = gone.ends.len() as i64;
+    let deleted = gone.places.len() as i64;
     let mut found = gone;
     if deleted < b.rows {
         // Our own deletes are invisible to us now: this finds the rows kept.
-        found.append(crate::author::run_as(policy.owner, || {
-            render_batch(&rel, &ctids)
-        })?);
+        found.append(kept_versions(&policy, &rel, &claimed.places)?);
     }
-    let now = in_claim_order(&b, &rel, &keys, &ctids, found)?;
-    matches_archive(&b, &now, archived)?;
+    same_versions(&b, &claimed, rel.pk.len(), &found)?;
+    // The DELETE's lock keeps the table from being rewritten until we commit.
+    same_storage(&b, &rel)?;
     let kept = b.rows - deleted;
     let archive_id = ArchiveRecord {
         batch: id,

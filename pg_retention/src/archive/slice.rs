@@ -11,9 +11,9 @@ use pgrx::prelude::*;
 
 /// The batch's rows as they are now, rendered in key order, each with its ctid.
 pub(super) fn current_rows(b: &Batch, policy: &Policy, rel: &RelationInfo) -> Result<Rendered> {
-    let (keys, ctids) = Batch::keys(&b.id)?;
-    let found = crate::author::run_as(policy.owner, || render_batch(rel, &ctids))?;
-    in_claim_order(b, rel, &keys, &ctids, found)
+    let claimed = Batch::claimed_rows(&b.id)?;
+    let found = crate::author::run_as(policy.owner, || render_batch(rel, &claimed.places))?;
+    in_claim_order(b, rel, &claimed.keys, &claimed.places, found)
 }
 
 /// The frames of a batch, in key order.

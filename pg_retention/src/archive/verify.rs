@@ -1,12 +1,18 @@
-//! The check that gates every archive delete, made inside the deleting transaction: the rows a
-//! batch claimed, as they are now, must be exactly the rows at their claim-time places, in the
-//! claim's order, and render to the slice the archiver wrote and read back (same rows, bytes
-//! and BLAKE3). Any mismatch is an error, which undoes the prune's deletes with it.
-
-use crate::catalog::{Batch, RelationInfo};
+//! The check that gates every archive delete, made inside the deleting transaction. A claim
+//! renders its rows into the slice and freezes, for each row, its key, its place (ctid) and the
+//! transaction that wrote that version (xmin), with the table's relfilenode and the slice's
+//! BLAKE3. A prune deletes a row only when the deleted tuple is that very version: the same
+//! place, xmin and key, in the same relfilenode, and the archiver's read-back slice is the one
+//! the claim rendered (same rows, bytes and BLAKE3). PostgreSQL never changes a tuple version
+//! in place, so that version's contents are the ones archived (docs/reliability.md). Any
+//! mismatch is an error, which undoes the prune's deletes with it.
+use crate::catalog::{Batch, ClaimedRows, RelationInfo};
 use crate::error::{Result, RetentionError};
 use crate::render::Rendered;
+use crate::render::Version;
 use crate::tid::Tid;
+use pgrx::prelude::*;
+use std::collections::HashMap;
 
 /// What the archiver says it wrote and read back.
 pub struct Archived<'a> {
@@ -57,30 +63,119 @@ pub fn in_claim_order(
     Ok(rendered)
 }
 
-/// Refuses unless the batch's rows, as they are now and in the claim's order, make exactly
-/// the archived slice.
-pub fn matches_archive(b: &Batch, now: &Rendered, archived: &Archived<'_>) -> Result<()> {
-    let (digest, n, nbytes) = now.summary();
-    if n as i64 != b.rows {
+/// Refuses unless the archiver's slice is the one the claim rendered: same rows, bytes and
+/// BLAKE3 (the archiver checked the BLAKE3 of what it read back against the same digest).
+pub fn matches_claim(b: &Batch, archived: &Archived<'_>) -> Result<()> {
+    let (Some(digest), Some(nbytes)) = (b.blake3.as_deref(), b.bytes) else {
         return Err(mismatch(
             b,
-            format!(
-                "{} of its {} rows vanished since the claim",
-                b.rows - n as i64,
-                b.rows
-            ),
+            "it was claimed before 0.4.0 and recorded no slice digest: release it and claim again"
+                .into(),
         ));
-    }
+    };
     let Archived {
         blake3,
         rows,
         bytes,
     } = *archived;
-    if n as i64 != rows || nbytes as i64 != bytes {
-        return Err(mismatch(b, format!("the archive reports {rows} rows and {bytes} bytes, the rows now make {n} rows and {nbytes} bytes")));
+    if rows != b.rows || bytes != nbytes {
+        return Err(mismatch(b, format!("the archive reports {rows} rows and {bytes} bytes, the claim rendered {} rows and {nbytes} bytes", b.rows)));
     }
     if digest != blake3 {
-        return Err(mismatch(b, format!("the rows now hash to {digest}, the archive to {blake3}: rows changed since they were archived")));
+        return Err(mismatch(
+            b,
+            format!("the archive hashes to {blake3}, the slice claimed to {digest}"),
+        ));
     }
     Ok(())
+}
+
+/// Refuses unless `found` (the batch's rows as the deleting transaction sees them: those it
+/// deleted and those it kept, each with key, place and xmin) is exactly the claimed versions,
+/// every one of them once: an updated row is a new version elsewhere (its old place holds a
+/// version this snapshot does not see), a vanished one is not found, a row moved into a place
+/// has another xmin or key.
+pub fn same_versions(
+    b: &Batch,
+    claimed: &ClaimedRows,
+    arity: usize,
+    found: &Rendered,
+) -> Result<()> {
+    let arity = arity.max(1);
+    let at: HashMap<Version, usize> = claimed
+        .places
+        .iter()
+        .copied()
+        .zip(claimed.xmins.iter().copied())
+        .enumerate()
+        .map(|(i, v)| (v, i))
+        .collect();
+    let mut seen = vec![false; claimed.places.len()];
+    if found.xmins.len() != found.places.len() || found.keys.len() != found.places.len() * arity {
+        return Err(RetentionError::Internal(
+            "the rows read for the proof lack their place, xmin or key".into(),
+        ));
+    }
+    let mut other = 0usize;
+    for (j, version) in found.versions().enumerate() {
+        let same = at.get(&version).is_some_and(|&i| {
+            !seen[i]
+                && claimed.keys.get(i * arity..(i + 1) * arity)
+                    == found.keys.get(j * arity..(j + 1) * arity)
+        });
+        match at.get(&version) {
+            Some(&i) if same => seen[i] = true,
+            _ => other += 1,
+        }
+    }
+    let missing = seen.iter().filter(|s| !**s).count();
+    if other > 0 {
+        return Err(mismatch(
+            b,
+            format!("{other} rows at its rows' places are other row versions than the ones claimed (changed since the claim, or the table was rewritten)"),
+        ));
+    }
+    if missing > 0 {
+        return Err(mismatch(
+            b,
+            format!(
+                "{missing} of its {} rows changed, moved or vanished since the claim",
+                b.rows
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses unless table `rel` is stored in the relfilenode it had at the claim (a rewrite —
+/// VACUUM FULL, CLUSTER, a table-rewriting ALTER — moves rows and keeps their xmin, and gives
+/// the table a new one). Called under a lock that keeps it from being rewritten until commit.
+pub fn same_storage(b: &Batch, rel: &RelationInfo) -> Result<()> {
+    let now = Spi::get_one_with_args::<i64>(
+        "SELECT pg_catalog.pg_relation_filenode($1::bigint::oid)::bigint",
+        &[i64::from(rel.oid).into()],
+    )?;
+    if now.is_none() || now != b.relfilenode.map(i64::from) {
+        return Err(mismatch(
+            b,
+            "the table was rewritten since the claim (its relfilenode changed)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The versions (key, place, xmin) of the rows now at `places`, read as the policy's owner.
+pub fn kept_versions(
+    policy: &crate::catalog::Policy,
+    rel: &RelationInfo,
+    places: &[Tid],
+) -> Result<Rendered> {
+    let sql = format!(
+        "SELECT {key}, t.ctid, t.xmin FROM ONLY {table} t WHERE t.ctid = ANY ($1)",
+        key = rel.pk_order(),
+        table = rel.qualified,
+    );
+    crate::author::run_as(policy.owner, || {
+        crate::render::versions_at(rel, &sql, places, false)
+    })
 }

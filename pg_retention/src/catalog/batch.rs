@@ -71,6 +71,24 @@ pub struct Batch {
     pub age_max: Option<String>,
     /// When it was claimed (RFC 3339, UTC).
     pub claimed_at: String,
+    /// The table's relfilenode when the rows were claimed (None for batches claimed before
+    /// 0.4.0, which recorded no versions).
+    pub relfilenode: Option<u32>,
+    /// BLAKE3 (hex) of the slice the claim rendered.
+    pub blake3: Option<String>,
+    /// Bytes of that slice.
+    pub bytes: Option<i64>,
+}
+
+/// What a claim froze of its rows, row by row in key order: each one's key, its place and the
+/// transaction that wrote that version of it (`xmin`).
+pub struct ClaimedRows {
+    /// The keys, one after another (primary-key arity values each).
+    pub keys: Texts,
+    /// Where each row was.
+    pub places: Vec<Tid>,
+    /// Each row's `xmin`.
+    pub xmins: Vec<i64>,
 }
 
 /// What a claim records about the batch it made.
@@ -87,6 +105,10 @@ pub struct NewBatch<'a> {
     pub arity: usize,
     /// Where the claimed rows are.
     pub places: &'a [Tid],
+    /// The `xmin` of each claimed row.
+    pub xmins: &'a [i64],
+    /// BLAKE3 (hex), rows and bytes of the slice rendered from them.
+    pub slice: (String, u64, u64),
     /// Least and greatest age-column value claimed.
     pub age: (Option<String>, Option<String>),
     /// The lease, as interval text.
@@ -100,7 +122,8 @@ impl Batch {
             "SELECT jsonb_build_object('id', b.id::text, 'policy_id', b.policy_id, 'policy_version', b.policy_version,
                     'relation', b.relation::bigint, 'relation_name', b.relation_name, 'state', b.state,
                     'owner', b.owner, 'rows', b.rows, 'age_min', b.age_min, 'age_max', b.age_max,
-                    'claimed_at', to_char(b.claimed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'))
+                    'claimed_at', to_char(b.claimed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),
+                    'relfilenode', b.relfilenode::bigint, 'blake3', b.blake3, 'bytes', b.bytes)
                FROM retention.batches b WHERE b.id = $1::uuid {}",
             if lock { "FOR UPDATE" } else { "" }
         );
@@ -118,10 +141,25 @@ impl Batch {
             return Err(RetentionError::Internal("a claim without keys".into()));
         };
         let policy = new.policy;
+        let (blake3, slice_rows, bytes) = new.slice;
+        if slice_rows as i64 != rows
+            || new.places.len() as i64 != rows
+            || new.xmins.len() as i64 != rows
+        {
+            return Err(RetentionError::Internal(format!(
+                "a claim of {rows} keys rendered {slice_rows} rows, {} places and {} versions",
+                new.places.len(),
+                new.xmins.len()
+            )));
+        }
+        // The relfilenode is read under the lock the claim's read took (held until it commits):
+        // the table cannot be rewritten in between.
         let batch = Spi::get_one_with_args::<String>(
             "INSERT INTO retention.batches (policy_id, policy_version, relation, relation_name, state, owner, rows,
-                                            first_key, last_key, age_min, age_max, lease_until)
-             VALUES ($1, $2, $3::bigint::oid, $4, 'claimed', $5, $6, $7, $8, $9, $10, now() + $11::interval) RETURNING id::text",
+                                            first_key, last_key, age_min, age_max, lease_until,
+                                            relfilenode, blake3, bytes)
+             VALUES ($1, $2, $3::bigint::oid, $4, 'claimed', $5, $6, $7, $8, $9, $10, now() + $11::interval,
+                     pg_catalog.pg_relation_filenode($3::bigint::oid), $12, $13) RETURNING id::text",
             &[
                 policy.id.into(),
                 policy.version.into(),
@@ -134,34 +172,38 @@ impl Batch {
                 new.age.0.into(),
                 new.age.1.into(),
                 new.lease.into(),
+                blake3.as_str().into(),
+                (bytes as i64).into(),
             ],
         )?
         .ok_or_else(|| returned_nothing("batch insert"))?;
         Spi::run_with_args(
-            "INSERT INTO retention.batch_keys (batch_id, keys, ctids) VALUES ($1::uuid, $2, $3)",
+            "INSERT INTO retention.batch_keys (batch_id, keys, ctids, xmins) VALUES ($1::uuid, $2, $3, $4)",
             &[
                 batch.as_str().into(),
                 new.keys.into(),
                 tid::pointers(new.places).into(),
+                new.xmins.to_vec().into(),
             ],
         )?;
         Ok((batch, rows))
     }
 
-    /// The frozen key set of a live batch and where its rows were when claimed.
-    pub fn keys(id: &str) -> Result<(Texts, Vec<Tid>)> {
+    /// What the claim of live batch `id` froze of its rows.
+    pub fn claimed_rows(id: &str) -> Result<ClaimedRows> {
         type Tids = Vec<Option<pg_sys::ItemPointerData>>;
-        let (keys, ctids) = Spi::connect(|client| {
+        let (keys, ctids, xmins) = Spi::connect(|client| {
             let table = client.select(
-                "SELECT keys, ctids FROM retention.batch_keys WHERE batch_id = $1::uuid",
+                "SELECT keys, ctids, xmins FROM retention.batch_keys WHERE batch_id = $1::uuid",
                 Some(1),
                 &[id.into()],
             )?;
             if table.is_empty() {
                 return Ok::<_, pgrx::spi::SpiError>(None);
             }
-            let (keys, ctids) = table.first().get_two::<Texts, Tids>()?;
-            Ok(keys.zip(ctids))
+            let (keys, ctids, xmins) =
+                table.first().get_three::<Texts, Tids, Vec<Option<i64>>>()?;
+            Ok(keys.zip(ctids).zip(xmins).map(|((k, c), x)| (k, c, x)))
         })?
         .ok_or_else(|| RetentionError::Internal(format!("claimed batch {id} has no key set")))?;
         let places = ctids
@@ -169,7 +211,15 @@ impl Batch {
             .map(|t| t.map(tid::of))
             .collect::<Option<Vec<Tid>>>()
             .ok_or_else(|| RetentionError::Internal(format!("batch {id} has a NULL ctid")))?;
-        Ok((keys, places))
+        let xmins = xmins
+            .into_iter()
+            .collect::<Option<Vec<i64>>>()
+            .ok_or_else(|| RetentionError::Internal(format!("batch {id} has a NULL xmin")))?;
+        Ok(ClaimedRows {
+            keys,
+            places,
+            xmins,
+        })
     }
 
     /// Ends the claimed batches of `policy_id` whose lease ran out; returns (id, rows) of each.
