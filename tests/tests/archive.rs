@@ -687,6 +687,43 @@ fn a_new_row_in_a_claimed_rows_place_with_its_key_makes_complete_refuse() {
     );
 }
 
+/// With a hundred live batches, a claim that starts over from the lowest key walks the gaps
+/// between them: it takes exactly the rows of a released batch in the middle, stops at the next
+/// live batch (a batch never spans one), and says there may be more.
+#[test]
+fn a_claim_among_a_hundred_live_batches_takes_the_gap_between_them() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 2000);
+    let batches: Vec<String> = (0..100).map(|_| claim(&mut db, 10).unwrap()).collect();
+    let middle = batch_ids(&mut db, &batches[49]);
+    for b in [&batches[49], &batches[99]] {
+        db.execute("SELECT retention.release_batch($1::text::uuid, 'test')", &[b])
+            .unwrap();
+    }
+    // The latest batch was released: the next claim starts from the lowest key.
+    let row = db
+        .query_one(
+            "SELECT c.batch::text, c.more FROM retention.claim_slice('audit', 1000, '10 minutes', NULL, false) c",
+            &[],
+        )
+        .unwrap();
+    let (again, more): (String, bool) = (row.get(0), row.get(1));
+    assert_eq!(batch_ids(&mut db, &again), middle, "exactly the gap");
+    assert!(more, "a live batch bounded the gap");
+    let next = claim(&mut db, 1000).unwrap();
+    let after: Vec<i64> = batch_ids(&mut db, &next);
+    let last_live = *batch_ids(&mut db, &batches[98]).last().unwrap();
+    assert!(after.iter().all(|&id| id > last_live), "then the rows after every live batch");
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.batches WHERE state = 'claimed'"
+        ),
+        100
+    );
+}
+
 #[test]
 fn concurrent_claims_never_overlap() {
     let c = Cluster::start(&[]);

@@ -28,7 +28,11 @@ fn events(db: &mut Client) {
              END LOOP;
          END $$;
          CREATE TABLE events_default PARTITION OF events DEFAULT;
-         INSERT INTO events SELECT g, g % 3, now() - make_interval(hours => g), repeat('x', 20)
+         -- One row an hour, each at the hour's last second: a day's youngest row is at 23:59:59,
+         -- so the leaf of 5 days ago always holds a row younger than the 5-day cutoff (with
+         -- rows at now() - g hours, after 23:00 every row of it was older, and it went whole).
+         INSERT INTO events SELECT g, g % 3, date_trunc('hour', now()) - make_interval(hours => g)
+                                             + interval '59 minutes 59 seconds', repeat('x', 20)
            FROM generate_series(1, 288) g;",
     )
     .unwrap();

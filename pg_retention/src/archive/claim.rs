@@ -5,7 +5,7 @@
 
 use super::{lease, owner_may_archive, slice};
 use crate::catalog::{
-    active_holds, caller, partition, prepared, Action, Batch, KeyRange, Kind, Leaf, LedgerEntry,
+    active_holds, caller, partition, prepared, Action, Batch, Kind, Leaf, LedgerEntry,
     LedgerMethod, NewBatch, Policy, RelationInfo, Texts,
 };
 use crate::engine::eligible::{Eligibility, Guards};
@@ -240,22 +240,16 @@ fn claim_in(
     // until vacuum). Rows behind the watermark (released batches, rows that became eligible
     // later) are claimed when a claim from the watermark finds nothing and starts over.
     let mut watermark = Batch::watermark(policy.id, rel.oid)?;
-    let (claimed, age) = loop {
-        // Only live batches ending after the watermark: a claim that starts there cannot
-        // reach the others, and leaving them out keeps its plan an ordered walk of the primary
-        // key. Each range is a condition that lowers the planner's row estimate, and with a
-        // few dozen of them it fell below the claim's limit, so the planner read every eligible
-        // row and sorted them (1.1 s and a 156 MB sort on disk per claim, against ~30 ms).
-        let live = Batch::live_ranges(rel, watermark.as_deref())?;
-        let (claimed, age) = claim_keys(policy, rel, &elig, max_rows, watermark.as_deref(), &live)?;
-        if !claimed.keys.is_empty() || watermark.is_none() {
-            break (claimed, age);
+    let (claimed, age, bounded) = loop {
+        let found = claim_in_gaps(policy, rel, &elig, max_rows, watermark.as_deref())?;
+        if found.is_some() || watermark.is_none() {
+            break match found {
+                Some(found) => found,
+                None => return Ok(None),
+            };
         }
         watermark = None;
     };
-    if claimed.keys.is_empty() {
-        return Ok(None);
-    }
     let (batch, rows) = Batch::insert_claimed(NewBatch {
         policy,
         relation: rel,
@@ -282,29 +276,50 @@ fn claim_in(
     Ok(Some(Claimed {
         batch,
         slice: Some(claimed.slice),
-        more: rows >= i64::from(max_rows),
+        more: rows >= i64::from(max_rows) || bounded,
     }))
 }
 
-/// A text[] literal of `key`.
-fn key_literal(key: &[Option<String>]) -> String {
-    let items: Vec<String> = key
-        .iter()
-        .map(|v| v.as_deref().map_or("NULL".into(), crate::sql_text::literal))
-        .collect();
-    format!("ARRAY[{}]::text[]", items.join(", "))
+/// Claims from the first gap between live batches after `after` that has eligible rows: the
+/// rows after `after` (or after a live batch's last key) and before the next live batch's first
+/// key. A batch never spans a live batch, so live ranges stay disjoint and sort by their first
+/// key, and each claim statement reads one range of the primary key. (With every live range as
+/// a `NOT (…)` condition of one statement instead, each lowered the planner's row estimate; with
+/// a few dozen the estimate fell under the claim's limit and it sorted every eligible row: 1.1 s
+/// and a 156 MB sort on disk per claim, against ~30 ms.) The rows, the age column's extremes,
+/// and whether a live batch bounded the gap (so claiming again may find more after it).
+fn claim_in_gaps(
+    policy: &Policy,
+    rel: &RelationInfo,
+    elig: &Eligibility<'_>,
+    max_rows: i32,
+    after: Option<&[Option<String>]>,
+) -> Result<Option<(Rendered, Extremes, bool)>> {
+    let live = Batch::live_ranges(rel, after)?;
+    let mut from: Option<Texts> = after.map(<[_]>::to_vec);
+    for i in 0..=live.len() {
+        let until = live.get(i).map(|(first, _)| first.as_slice());
+        let (rows, age) = claim_keys(policy, rel, elig, max_rows, from.as_deref(), until)?;
+        if !rows.keys.is_empty() {
+            return Ok(Some((rows, age, until.is_some())));
+        }
+        if let Some((_, last)) = live.get(i) {
+            from = Some(last.clone());
+        }
+    }
+    Ok(None)
 }
 
-/// Renders up to `max_rows` eligible rows after `after` (in key order) outside the live
-/// batches' ranges: their frames, keys, claim-time places and xmins; the extremes are those of
-/// the age column.
+/// Renders up to `max_rows` eligible rows after key `after` and before key `before` (in key
+/// order): their frames, keys, claim-time places and xmins; the extremes are those of the age
+/// column.
 fn claim_keys(
     policy: &Policy,
     rel: &RelationInfo,
     elig: &Eligibility<'_>,
     max_rows: i32,
     after: Option<&[Option<String>]>,
-    live: &[KeyRange],
+    before: Option<&[Option<String>]>,
 ) -> Result<(Rendered, Extremes)> {
     let age_name = policy
         .age_column
@@ -318,17 +333,9 @@ fn claim_keys(
             relation: rel.qualified.clone(),
             column: age_name.to_owned(),
         })?;
-    let mut outside = Vec::new();
-    for (first, last) in live {
-        outside.push(format!(
-            "NOT ({} AND {})",
-            rel.key_compare(">=", &key_literal(first))?,
-            rel.key_compare("<=", &key_literal(last))?
-        ));
-    }
     let sql = format!(
         "SELECT {cols}, t.ctid, t.xmin FROM ONLY {table} t
-          WHERE {eligible} AND {after} AND {outside}
+          WHERE {eligible} AND {after} AND {before}
           ORDER BY {order} LIMIT {max_rows}",
         cols = rel.column_list(),
         table = rel.qualified,
@@ -338,19 +345,26 @@ fn claim_keys(
         } else {
             "$1::text[] IS NULL".into()
         },
-        outside = if outside.is_empty() {
-            "true".into()
+        before = if before.is_some() {
+            rel.key_compare("<", "$2::text[]")?
         } else {
-            outside.join(" AND ")
+            "$2::text[] IS NULL".into()
         },
         order = rel.pk_order(),
     );
     let after: Option<Texts> = after.map(<[_]>::to_vec);
+    let before: Option<Texts> = before.map(<[_]>::to_vec);
     let layout = RowLayout {
         width: rel.columns.len(),
         key_at: rel.pk_positions()?,
         frames: true,
         extremes: Some(age_at),
     };
-    elig.as_owner(|| render_rows(Statement::Text(&sql), &[after.into()], &layout))
+    elig.as_owner(|| {
+        render_rows(
+            Statement::Text(&sql),
+            &[after.into(), before.into()],
+            &layout,
+        )
+    })
 }

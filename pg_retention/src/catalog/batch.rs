@@ -276,16 +276,18 @@ impl Batch {
     }
 
     /// First and last key of every live batch of the table (any policy) that ends after
-    /// `after`: nobody else claims a row inside them while the batch lives.
+    /// `after`, in key order: nobody else claims a row inside them while the batch lives.
     pub fn live_ranges(
         rel: &RelationInfo,
         after: Option<&[Option<String>]>,
     ) -> Result<Vec<KeyRange>> {
+        // Ordered by first key: the ranges are disjoint (a claim never spans a live batch).
         let sql = format!(
-            "SELECT coalesce(jsonb_agg(jsonb_build_array(b.first_key, b.last_key)), '[]')
+            "SELECT coalesce(jsonb_agg(jsonb_build_array(b.first_key, b.last_key) ORDER BY {first}), '[]')
                FROM retention.batches b
               WHERE b.relation = $1::bigint::oid AND b.state = 'claimed' AND b.first_key IS NOT NULL
                 AND ($2::text[] IS NULL OR {ends_after})",
+            first = rel.key_row("b.first_key")?,
             ends_after = rel.key_row_compare("b.last_key", ">", "$2::text[]")?,
         );
         let after: Option<Texts> = after.map(<[_]>::to_vec);

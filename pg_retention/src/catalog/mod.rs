@@ -15,7 +15,7 @@ pub mod prepared;
 pub mod relation;
 pub mod worker_state;
 
-pub use batch::{ArchiveRecord, Batch, BatchState, ClaimedRows, KeyRange, NewBatch, Texts};
+pub use batch::{ArchiveRecord, Batch, BatchState, ClaimedRows, NewBatch, Texts};
 pub use hold::{active_holds, Hold, HoldFence};
 pub use ledger::{LedgerEntry, LedgerMethod};
 pub use partition::Leaf;

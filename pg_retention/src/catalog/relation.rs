@@ -179,8 +179,8 @@ impl RelationInfo {
     }
 
     /// The text[] key `key` as a row of the primary key's types, each element back through
-    /// its column type's input.
-    fn key_row(&self, key: &str) -> Result<String> {
+    /// its column type's input (to compare or order keys by).
+    pub fn key_row(&self, key: &str) -> Result<String> {
         let items = self
             .pk
             .iter()
