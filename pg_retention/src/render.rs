@@ -386,6 +386,15 @@ pub fn render_batch(rel: &RelationInfo, places: &[Tid]) -> Result<Rendered> {
     render_at(rel, &sql, places, false)
 }
 
+/// The plan kept for `sql`, a statement whose one parameter `$1` is a tid[].
+fn plan_over_tids(sql: &str, mutating: bool) -> Result<std::rc::Rc<OwnedPreparedStatement>> {
+    prepared::cached(
+        sql,
+        &[PgOid::BuiltIn(pg_sys::BuiltinOid::TIDARRAYOID)],
+        mutating,
+    )
+}
+
 /// Renders the rows of `sql`, a statement built at run time over the tids `$1` (a tid[], the
 /// `places`) that returns a table's columns and a ctid, through a plan kept for its text;
 /// `mutating` for one that writes.
@@ -395,11 +404,7 @@ pub fn render_at(
     places: &[Tid],
     mutating: bool,
 ) -> Result<Rendered> {
-    let plan = prepared::cached(
-        sql,
-        &[PgOid::BuiltIn(pg_sys::BuiltinOid::TIDARRAYOID)],
-        mutating,
-    )?;
+    let plan = plan_over_tids(sql, mutating)?;
     render_frames(rel, Statement::Plan(&plan), &[tid::pointers(places).into()])
 }
 
@@ -412,11 +417,7 @@ pub fn versions_at(
     places: &[Tid],
     mutating: bool,
 ) -> Result<Rendered> {
-    let plan = prepared::cached(
-        sql,
-        &[PgOid::BuiltIn(pg_sys::BuiltinOid::TIDARRAYOID)],
-        mutating,
-    )?;
+    let plan = plan_over_tids(sql, mutating)?;
     let layout = RowLayout {
         width: rel.pk.len(),
         key_at: (0..rel.pk.len()).collect(),

@@ -698,8 +698,11 @@ fn a_claim_among_a_hundred_live_batches_takes_the_gap_between_them() {
     let batches: Vec<String> = (0..100).map(|_| claim(&mut db, 10).unwrap()).collect();
     let middle = batch_ids(&mut db, &batches[49]);
     for b in [&batches[49], &batches[99]] {
-        db.execute("SELECT retention.release_batch($1::text::uuid, 'test')", &[b])
-            .unwrap();
+        db.execute(
+            "SELECT retention.release_batch($1::text::uuid, 'test')",
+            &[b],
+        )
+        .unwrap();
     }
     // The latest batch was released: the next claim starts from the lowest key.
     let row = db
@@ -714,7 +717,10 @@ fn a_claim_among_a_hundred_live_batches_takes_the_gap_between_them() {
     let next = claim(&mut db, 1000).unwrap();
     let after: Vec<i64> = batch_ids(&mut db, &next);
     let last_live = *batch_ids(&mut db, &batches[98]).last().unwrap();
-    assert!(after.iter().all(|&id| id > last_live), "then the rows after every live batch");
+    assert!(
+        after.iter().all(|&id| id > last_live),
+        "then the rows after every live batch"
+    );
     assert_eq!(
         scalar(
             &mut db,
