@@ -113,6 +113,15 @@ impl Archiver {
     }
 }
 
+/// Sends SIGTERM to a spawned archiver (a graceful stop: the batch in progress finishes).
+pub fn terminate(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -TERM {}", child.id());
+}
+
 /// stdout + stderr of a finished run, for assertion messages.
 pub fn text(o: &Output) -> String {
     format!(

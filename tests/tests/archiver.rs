@@ -2,7 +2,7 @@
 //! S3-compatible server, plus the fault suite: after every fault, no row is deleted without a
 //! verified archive and no row is lost.
 
-use pg_retention_integration::archiver::{text, Archiver};
+use pg_retention_integration::archiver::{terminate, text, Archiver};
 use pg_retention_integration::seaweed::{ACCESS_KEY, SECRET_KEY};
 use pg_retention_integration::tls::{tls_only_cluster, Certs};
 use pg_retention_integration::{manifest_of, scalar, Cluster, Seaweed};
@@ -233,11 +233,7 @@ fn three_archivers_at_once_archive_every_row_once_even_when_one_dies_mid_batch()
             ) == 0
     });
     for child in &children {
-        let term = std::process::Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(term.success());
+        terminate(child);
     }
     let mut logs = String::new();
     for child in children {
@@ -343,11 +339,7 @@ fn a_short_batch_means_caught_up() {
         2,
         "run sleeps after a short batch while rows keep ageing"
     );
-    let term = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
+    terminate(&child);
     assert!(child.wait().unwrap().success());
     assert_eq!(
         scalar(
@@ -511,11 +503,7 @@ fn metrics_and_health_are_served_and_sigterm_stops_cleanly() {
         "no keys or secrets in labels"
     );
     // SIGTERM: graceful stop, exit 0.
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    terminate(&child);
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     let stderr = logs

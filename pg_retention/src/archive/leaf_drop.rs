@@ -8,7 +8,7 @@
 //! are the archived rows. Anything short of that, or a lock not granted in time, leaves the
 //! batch to the row prune.
 
-use super::verify::{kept_versions, same_storage, same_versions};
+use super::verify::{kept_versions, same_versions};
 use crate::catalog::{partition, Batch, ClaimedRows, HoldFence, Leaf, Policy, RelationInfo};
 use crate::engine::eligible::Eligibility;
 use crate::engine::retire::drop_proven;
@@ -66,8 +66,7 @@ pub(super) fn drop_if_whole(
         // Every row of the batch the version claimed (so, with the count, the leaf's rows are
         // the batch's); a mismatch refuses.
         let found = kept_versions(policy, rel, &claimed.places)?;
-        same_versions(b, claimed, rel.pk.len(), &found)?;
-        same_storage(b, rel)?;
+        same_versions(b, claimed, rel, &found)?;
         Ok(true)
     })?;
     Ok(match attempt {

@@ -4,7 +4,7 @@
 //! (`verify.rs`) before anything is recorded. All of it in the caller's transaction.
 
 use super::leaf_drop::Dropped;
-use super::verify::{kept_versions, matches_claim, same_storage, same_versions, Archived};
+use super::verify::{kept_versions, matches_claim, same_versions, Archived};
 use super::{batch_policy, owner_may_archive};
 use crate::catalog::{
     caller, ArchiveRecord, Batch, BatchState, HoldFence, LedgerEntry, LedgerMethod, Policy,
@@ -105,9 +105,8 @@ fn prune_verified(
         // Our own deletes are invisible to us now: this finds the rows kept.
         found.append(kept_versions(&policy, &rel, &claimed.places)?);
     }
-    same_versions(&b, &claimed, rel.pk.len(), &found)?;
     // The DELETE's lock keeps the table from being rewritten until we commit.
-    same_storage(&b, &rel)?;
+    same_versions(&b, &claimed, &rel, &found)?;
     let kept = b.rows - deleted;
     let archive_id = ArchiveRecord {
         batch: id,

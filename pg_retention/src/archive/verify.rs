@@ -92,16 +92,18 @@ pub fn matches_claim(b: &Batch, archived: &Archived<'_>) -> Result<()> {
 
 /// Refuses unless `found` (the batch's rows as the deleting transaction sees them: those it
 /// deleted and those it kept, each with key, place and xmin) is exactly the claimed versions,
-/// every one of them once: an updated row is a new version elsewhere (its old place holds a
-/// version this snapshot does not see), a vanished one is not found, a row moved into a place
-/// has another xmin or key.
+/// every one of them once, in the storage they were claimed in: an updated row is a new
+/// version elsewhere (its old place holds a version this snapshot does not see), a vanished one
+/// is not found, a row moved into a place has another xmin or key, and a rewrite (VACUUM FULL,
+/// CLUSTER, a table-rewriting ALTER), which moves rows and keeps their xmin, gives the table a
+/// new relfilenode. Called under a lock that keeps the table from being rewritten until commit.
 pub fn same_versions(
     b: &Batch,
     claimed: &ClaimedRows,
-    arity: usize,
+    rel: &RelationInfo,
     found: &Rendered,
 ) -> Result<()> {
-    let arity = arity.max(1);
+    let arity = rel.pk.len().max(1);
     let at: HashMap<Version, usize> = claimed
         .places
         .iter()
@@ -118,13 +120,14 @@ pub fn same_versions(
     }
     let mut other = 0usize;
     for (j, version) in found.versions().enumerate() {
-        let same = at.get(&version).is_some_and(|&i| {
-            !seen[i]
-                && claimed.keys.get(i * arity..(i + 1) * arity)
-                    == found.keys.get(j * arity..(j + 1) * arity)
-        });
-        match at.get(&version) {
-            Some(&i) if same => seen[i] = true,
+        match at.get(&version).copied() {
+            Some(i)
+                if !seen[i]
+                    && claimed.keys.get(i * arity..(i + 1) * arity)
+                        == found.keys.get(j * arity..(j + 1) * arity) =>
+            {
+                seen[i] = true
+            }
             _ => other += 1,
         }
     }
@@ -144,13 +147,6 @@ pub fn same_versions(
             ),
         ));
     }
-    Ok(())
-}
-
-/// Refuses unless table `rel` is stored in the relfilenode it had at the claim (a rewrite —
-/// VACUUM FULL, CLUSTER, a table-rewriting ALTER — moves rows and keeps their xmin, and gives
-/// the table a new one). Called under a lock that keeps it from being rewritten until commit.
-pub fn same_storage(b: &Batch, rel: &RelationInfo) -> Result<()> {
     let now = Spi::get_one_with_args::<i64>(
         "SELECT pg_catalog.pg_relation_filenode($1::bigint::oid)::bigint",
         &[i64::from(rel.oid).into()],
