@@ -47,6 +47,18 @@ pub enum Command {
         /// One slice key (or manifest key).
         key: Option<String>,
     },
+    /// Expire archives past their policy's archive_keep: plan, prepare, apply, status.
+    Expire {
+        /// Bounds of one operation (plan records them; apply keeps to them).
+        #[command(flatten)]
+        bounds: ExpireBounds,
+        /// Who runs it, for the ledger (default: the archiver's owner name).
+        #[arg(long, global = true)]
+        actor: Option<String>,
+        /// The step.
+        #[command(subcommand)]
+        step: ExpireStep,
+    },
     /// Load one slice into a fresh table with the source's column types.
     Restore {
         /// The slice key (or manifest key, or batch id).
@@ -55,6 +67,62 @@ pub enum Command {
         #[arg(long)]
         into: String,
     },
+}
+
+/// The steps of an expire operation.
+#[derive(Debug, Subcommand)]
+pub enum ExpireStep {
+    /// Dry run, zero store writes: the archives past archive_keep, their keys, counts, bytes and
+    /// inventory digests, written to a new file (mode 0600); prints its SHA-256 last.
+    Plan {
+        /// The plan file to create (an existing path is refused).
+        #[arg(long)]
+        output: PathBuf,
+    },
+    /// Write the operation's create-only tombstone and ledger it; prints the operation id last.
+    Prepare {
+        /// The plan file.
+        #[arg(long)]
+        plan: PathBuf,
+        /// Its SHA-256 (what `sha256sum` prints), binding the operation to its bytes.
+        #[arg(long)]
+        plan_sha256: String,
+        /// How long after prepare apply refuses (not_ready).
+        #[arg(long, default_value = "15m")]
+        quiescence: String,
+    },
+    /// After the quiescence interval: recheck, delete exactly the planned keys, prove them gone.
+    Apply {
+        /// The id prepare printed.
+        #[arg(long)]
+        operation_id: String,
+        /// The plan's SHA-256.
+        #[arg(long)]
+        plan_sha256: String,
+    },
+    /// The operation as the ledger and its tombstone show it.
+    Status {
+        /// The id prepare printed.
+        #[arg(long)]
+        operation_id: String,
+    },
+}
+
+/// Bounds of one expire operation.
+#[derive(Debug, Clone, Args)]
+pub struct ExpireBounds {
+    /// Objects one operation deletes at most.
+    #[arg(long, global = true, default_value_t = 100_000)]
+    pub max_objects: u64,
+    /// Bytes one operation deletes at most (default 10 GiB).
+    #[arg(long, global = true, default_value_t = 10 * 1024 * 1024 * 1024)]
+    pub max_bytes: u64,
+    /// Keys per delete request, 1 to 1000.
+    #[arg(long, global = true, default_value_t = 1000)]
+    pub keys_per_request: usize,
+    /// How long one apply may work (default 15m; quiescence not counted).
+    #[arg(long, global = true, default_value = "15m")]
+    pub max_active_time: String,
 }
 
 /// Options; `None` means "not given here" so the next source can supply it. Its `Debug` shows

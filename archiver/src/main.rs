@@ -7,6 +7,7 @@ mod cli;
 mod config;
 mod db;
 mod error;
+mod expire;
 mod fault;
 mod keys;
 mod metrics;
@@ -74,11 +75,68 @@ async fn dispatch(cli: Cli, settings: Settings) -> Result<()> {
                 reason: format!("{n} slices failed verification"),
             }),
         },
+        Command::Expire { .. } => Err(Error::Config(
+            "expire is dispatched with its own exit codes".into(),
+        )),
         Command::Restore { key, into } => {
             let n = ops::restore(&settings, &key, &into).await?;
             println!("restored {n} rows into {into}");
             Ok(())
         }
+    }
+}
+
+/// Runs one step of an expire operation: exit 0 accepted or completed, 2 invalid input, 3
+/// refused or not ready, 4 partial, 5 a bounded service failure.
+async fn expire_step(
+    settings: &Settings,
+    bounds: cli::ExpireBounds,
+    actor: &str,
+    step: cli::ExpireStep,
+) -> expire::Exit {
+    let result = async {
+        let active = humantime::parse_duration(&bounds.max_active_time).map_err(|e| {
+            Error::Config(format!(
+                "--max-active-time {:?}: {e}",
+                bounds.max_active_time
+            ))
+        })?;
+        if !(1..=expire::MAX_KEYS_PER_REQUEST).contains(&bounds.keys_per_request) {
+            return Err(Error::Config(format!(
+                "--keys-per-request must be 1 to {}",
+                expire::MAX_KEYS_PER_REQUEST
+            )));
+        }
+        let bounds = expire::Bounds {
+            max_objects: bounds.max_objects,
+            max_bytes: bounds.max_bytes,
+            keys_per_request: bounds.keys_per_request,
+            max_active_seconds: active.as_secs(),
+        };
+        match step {
+            cli::ExpireStep::Plan { output } => expire::plan(settings, bounds, &output).await,
+            cli::ExpireStep::Prepare {
+                plan,
+                plan_sha256,
+                quiescence,
+            } => {
+                let quiescence = humantime::parse_duration(&quiescence)
+                    .map_err(|e| Error::Config(format!("--quiescence {quiescence:?}: {e}")))?;
+                expire::prepare(settings, &plan, &plan_sha256, quiescence, actor).await
+            }
+            cli::ExpireStep::Apply {
+                operation_id,
+                plan_sha256,
+            } => expire::apply(settings, &operation_id, &plan_sha256, actor).await,
+            cli::ExpireStep::Status { operation_id } => {
+                expire::status(settings, &operation_id).await
+            }
+        }
+    }
+    .await;
+    match result {
+        Ok(exit) => exit,
+        Err(e) => expire::failed(&e),
     }
 }
 
@@ -103,6 +161,16 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Command::Expire {
+        bounds,
+        actor,
+        step,
+    } = cli.command
+    {
+        let actor = actor.unwrap_or_else(|| settings.owner.clone());
+        let code = runtime.block_on(expire_step(&settings, bounds, &actor, step));
+        return ExitCode::from(code as u8);
+    }
     match runtime.block_on(dispatch(cli, settings)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -4,7 +4,7 @@
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3ConfigKey;
 use object_store::azure::AzureConfigKey;
 use object_store::gcp::GoogleConfigKey;
@@ -249,6 +249,46 @@ impl Store {
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The objects (key, size) in the directory of `key` whose names start with `name_prefix`,
+    /// sorted by key: an archive's inventory is every object named after its batch.
+    pub async fn objects_beside(&self, key: &str, name_prefix: &str) -> Result<Vec<(String, u64)>> {
+        let dir = match key.rsplit_once('/') {
+            Some((dir, _)) => self.path(dir),
+            None if self.prefix.is_empty() => Path::from(""),
+            None => Path::from(self.prefix.as_str()),
+        };
+        let listing = self.inner.list_with_delimiter(Some(&dir)).await?;
+        let mut found: Vec<(String, u64)> = listing
+            .objects
+            .iter()
+            .filter(|m| {
+                m.location
+                    .filename()
+                    .is_some_and(|f| f.starts_with(name_prefix))
+            })
+            .map(|m| (self.relative(&m.location), m.size))
+            .collect();
+        found.sort();
+        Ok(found)
+    }
+
+    /// Deletes exactly `keys` (one request per call on stores that delete in bulk; callers keep
+    /// a call to at most 1,000 keys). A key already gone counts as deleted.
+    pub async fn delete(&self, keys: &[String]) -> Result<()> {
+        let paths: Vec<Result<Path, object_store::Error>> =
+            keys.iter().map(|k| Ok(self.path(k))).collect();
+        let mut results = self
+            .inner
+            .delete_stream(futures::stream::iter(paths).boxed());
+        while let Some(result) = futures::StreamExt::next(&mut results).await {
+            match result {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Every manifest key under the prefix, sorted.

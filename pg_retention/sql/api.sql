@@ -56,7 +56,8 @@ CREATE FUNCTION retention.add_policy(
     batch_size int DEFAULT 5000,
     max_rows_per_run bigint DEFAULT 1000000,
     keep_floor int DEFAULT NULL,
-    window_floor interval DEFAULT NULL
+    window_floor interval DEFAULT NULL,
+    archive_keep interval DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -64,7 +65,8 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         'older_than', older_than::text, 'scope', scope, 'terminal', terminal, 'group_by', group_by,
         'order_by', order_by, 'keep', keep, 'min_keep', min_keep, 'action', action,
         'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run,
-        'keep_floor', keep_floor, 'window_floor', window_floor::text)))::bigint;
+        'keep_floor', keep_floor, 'window_floor', window_floor::text,
+        'archive_keep', archive_keep::text)))::bigint;
 $fn$;
 
 CREATE FUNCTION retention.alter_policy(
@@ -82,7 +84,8 @@ CREATE FUNCTION retention.alter_policy(
     batch_size int DEFAULT NULL,
     max_rows_per_run bigint DEFAULT NULL,
     keep_floor int DEFAULT NULL,
-    window_floor interval DEFAULT NULL
+    window_floor interval DEFAULT NULL,
+    archive_keep interval DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -90,7 +93,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         'scope', scope, 'terminal', terminal, 'group_by', group_by, 'order_by', order_by,
         'keep', keep, 'min_keep', min_keep, 'action', action, 'batch_size', batch_size,
         'max_rows_per_run', max_rows_per_run, 'keep_floor', keep_floor,
-        'window_floor', window_floor::text)))::bigint;
+        'window_floor', window_floor::text, 'archive_keep', archive_keep::text)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -125,6 +128,55 @@ AS $fn$ SELECT retention._result(retention._place_hold(relation::oid, predicate,
 CREATE FUNCTION retention.lift_hold(hold_id bigint, actor text, reason text) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._lift_hold(hold_id, actor, reason)) $fn$;
+
+-- Pull consumers (api/consumer.rs): a registration's epoch, reports of the position processed,
+-- and what each pins.
+CREATE FUNCTION retention.register_consumer(policy text, consumer text, lease interval) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT retention._result(retention._register_consumer(policy, consumer, lease::text))::bigint $fn$;
+
+CREATE FUNCTION retention.report_position(policy text, consumer text, epoch bigint, "position" text)
+RETURNS text
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT retention._result(retention._report_position(policy, consumer, epoch, $4)) #>> '{}' $fn$;
+
+CREATE FUNCTION retention.unregister_consumer(policy text, consumer text) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT retention._result(retention._unregister_consumer(policy, consumer)) $fn$;
+
+CREATE FUNCTION retention.consumer_status(policy text, consumer text)
+RETURNS TABLE (epoch bigint, floor text, requires_bootstrap boolean, lease_expires_at timestamptz,
+               pinning boolean)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT r.epoch, r.floor, r.requires_bootstrap, r.lease_expires_at, r.pinning
+      FROM jsonb_to_record(retention._result(retention._consumer_status(policy, consumer)))
+           AS r(epoch bigint, floor text, requires_bootstrap boolean, lease_expires_at timestamptz,
+                pinning boolean)
+$fn$;
+
+-- What the live consumers of a policy pin, for the statements that delete (which run as the
+-- policy's owner and read it once per statement): 'none' (no live consumer), 'all' (one has
+-- not reported in its epoch yet), or 'floor' (rows from _consumer_floor on stay).
+CREATE FUNCTION retention._consumer_pins(policy_id bigint) RETURNS text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT CASE WHEN count(*) = 0 THEN 'none' WHEN bool_or(c.position IS NULL) THEN 'all' ELSE 'floor' END
+      FROM retention.consumer_registrations c
+     WHERE c.policy_id = _consumer_pins.policy_id AND c.expires_at > now()
+$fn$;
+
+-- The lowest position a live consumer of the policy reported, as a value of the type of
+-- `sample` (the order column's).
+CREATE FUNCTION retention._consumer_floor(policy_id bigint, sample anyelement) RETURNS anyelement
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    lowest ALIAS FOR $0;
+BEGIN
+    EXECUTE format('SELECT min(c.position::%s) FROM retention.consumer_registrations c
+                     WHERE c.policy_id = $1 AND c.expires_at > now()', pg_typeof(sample))
+       INTO lowest USING policy_id;
+    RETURN lowest;
+END
+$fn$;
 
 -- The oldest instant still inside a policy's window: replays from before it may find rows gone.
 CREATE FUNCTION retention.replay_floor(policy text) RETURNS timestamptz
@@ -589,18 +641,127 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT (retention._result(retention._complete_batch(batch::text, object_key, blake3, rows, bytes, owner)))::bigint $fn$;
 
+-- Archive lifecycle (archive/expiry.rs; the archiver's `expire`, archiver/src/expire.rs):
+-- archives past their policy's archive_keep, the holds over an archive's rows, and expire
+-- operations, whose state lives in the ledger (expire_prepare, expire_apply entries).
+CREATE FUNCTION retention.expiry_candidates()
+RETURNS TABLE (policy text, policy_version int, archive_keep interval, archive_id bigint, batch uuid,
+               object_key text, rows bigint, bytes bigint, archived_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT p.name, p.version, p.archive_keep, a.id, a.batch, a.object_key, a.rows, a.bytes, a.archived_at
+      FROM retention.policies p
+      JOIN retention.batches b ON b.policy_id = p.id
+      JOIN retention.archive_records a ON a.batch = b.id
+     WHERE p.action = 'archive_then_delete' AND p.archive_keep IS NOT NULL
+       AND a.archived_at < now() - p.archive_keep
+       AND NOT EXISTS (SELECT 1 FROM retention.archive_expirations x WHERE x.archive_id = a.id)
+     ORDER BY p.name, a.id
+$fn$;
+
+CREATE FUNCTION retention.archive_holds(archive_id bigint, slice bytea, columns text[]) RETURNS bigint[]
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT ARRAY(SELECT jsonb_array_elements_text(
+        retention._result(retention._archive_holds(archive_id, slice, columns)))::bigint)
+$fn$;
+
+-- The prepare entry of an expire operation (NULL when it was never prepared).
+CREATE FUNCTION retention._expire_prepared(operation uuid) RETURNS retention.ledger_entries
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT l FROM retention.ledger_entries l
+     WHERE l.method = 'expire_prepare' AND l.detail->>'operation' = operation::text
+$fn$;
+
+-- Records a prepared expire operation (its tombstone is written): from now on its archives
+-- expire after the quiescence interval, and only through `expire apply`. Returns when it was
+-- prepared.
+CREATE FUNCTION retention.expire_prepare(operation uuid, plan_sha256 text, quiescence interval,
+                                         archive_ids bigint[], objects bigint, bytes bigint,
+                                         tombstone text, actor text)
+RETURNS timestamptz
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    stale bigint[];
+BEGIN
+    IF quiescence IS NULL OR quiescence < interval '0' OR archive_ids IS NULL OR cardinality(archive_ids) = 0
+       OR plan_sha256 !~ '^[0-9a-f]{64}$' OR coalesce(actor, '') = '' THEN
+        RAISE EXCEPTION 'an expire operation needs a plan digest, archives, a quiescence >= 0 and an actor'
+            USING ERRCODE = '22023', HINT = 'Prepare with pg-retention-archiver expire prepare.';
+    END IF;
+    IF (retention._expire_prepared(operation)).id IS NOT NULL THEN
+        RAISE EXCEPTION 'expire operation % is prepared already', operation USING ERRCODE = '42710';
+    END IF;
+    stale := ARRAY(SELECT unnest(archive_ids) EXCEPT SELECT c.archive_id FROM retention.expiry_candidates() c);
+    IF cardinality(stale) > 0 THEN
+        RAISE EXCEPTION 'archives % are not past their policy''s archive_keep (or expired already)', stale
+            USING ERRCODE = '55000', HINT = 'Plan again.';
+    END IF;
+    PERFORM retention._ledger_append('expire_prepare', actor, jsonb_build_object(
+        'operation', operation, 'plan_sha256', plan_sha256, 'quiescence', quiescence::text,
+        'archives', to_jsonb(archive_ids), 'objects', objects, 'bytes', bytes, 'tombstone', tombstone), NULL);
+    RETURN (retention._expire_prepared(operation)).at;
+END
+$fn$;
+
+-- An expire operation as the ledger knows it: when it was prepared and is ready, its plan
+-- digest and archives, the keys its applies deleted and the last apply's outcome; NULL when
+-- it was never prepared.
+CREATE FUNCTION retention.expire_state(operation uuid) RETURNS jsonb
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT jsonb_build_object(
+               'operation', operation, 'prepared_at', p.at, 'prepared_by', p.actor,
+               'ready_at', p.at + (p.detail->>'quiescence')::interval,
+               'ready', clock_timestamp() >= p.at + (p.detail->>'quiescence')::interval,
+               'plan_sha256', p.detail->>'plan_sha256', 'archives', p.detail->'archives',
+               'objects', p.detail->'objects', 'bytes', p.detail->'bytes',
+               'tombstone', p.detail->>'tombstone',
+               'applies', (SELECT count(*) FROM retention.ledger_entries a
+                            WHERE a.method = 'expire_apply' AND a.detail->>'operation' = operation::text),
+               'deleted_keys', (SELECT coalesce(jsonb_agg(DISTINCT k), '[]') FROM retention.ledger_entries a,
+                                       jsonb_array_elements_text(a.detail->'deleted_keys') k
+                                 WHERE a.method = 'expire_apply' AND a.detail->>'operation' = operation::text),
+               'outcome', (SELECT a.detail->>'outcome' FROM retention.ledger_entries a
+                            WHERE a.method = 'expire_apply' AND a.detail->>'operation' = operation::text
+                            ORDER BY a.id DESC LIMIT 1))
+      FROM retention._expire_prepared(operation) p WHERE p.id IS NOT NULL
+$fn$;
+
+-- Ledgers one apply of an expire operation; a completed one marks its archives expired.
+CREATE FUNCTION retention.expire_record(operation uuid, outcome text, deleted_keys text[], detail jsonb, actor text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    prepared retention.ledger_entries := retention._expire_prepared(operation);
+BEGIN
+    IF outcome IS NULL OR outcome NOT IN ('completed', 'partial', 'refused', 'not_ready') OR coalesce(actor, '') = '' THEN
+        RAISE EXCEPTION 'an apply outcome is completed, partial, refused or not_ready, with an actor'
+            USING ERRCODE = '22023';
+    END IF;
+    IF prepared.id IS NULL THEN
+        RAISE EXCEPTION 'expire operation % was never prepared', operation USING ERRCODE = '42704';
+    END IF;
+    IF outcome = 'completed' THEN
+        INSERT INTO retention.archive_expirations (archive_id, operation_id)
+        SELECT x::bigint, operation FROM jsonb_array_elements_text(prepared.detail->'archives') x
+        ON CONFLICT (archive_id) DO NOTHING;
+    END IF;
+    PERFORM retention._ledger_append('expire_apply', actor, coalesce(detail, '{}') || jsonb_build_object(
+        'operation', operation, 'outcome', outcome, 'deleted_keys', to_jsonb(coalesce(deleted_keys, '{}'))), NULL);
+END
+$fn$;
+
 -- Privileges: nothing to PUBLIC; administrators get the public surface; the internals stay
 -- with the owner except the sweep steps, which run() (SECURITY INVOKER, it commits) calls.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA retention FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION retention.version() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),
     retention.place_hold(regclass, text, text, text), retention.lift_hold(bigint, text, text),
+    retention.register_consumer(text, text, interval), retention.unregister_consumer(text, text),
     retention.preview(text), retention.preview_partitions(text),
     retention.replay_floor(text), retention.check_replay(text, timestamptz),
     retention._run_order(text), retention._lock_key(bigint), retention._sweep_start(bigint, text, bigint),
@@ -609,11 +770,17 @@ GRANT EXECUTE ON FUNCTION
     retention._run_begin(bigint, text, bigint, boolean), retention._run_end(jsonb, boolean)
     TO retention_admin;
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
+GRANT EXECUTE ON FUNCTION retention.report_position(text, text, bigint, text),
+    retention.consumer_status(text, text)
+    TO retention_admin, retention_consumer;
 GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.claim_slice(text, int, interval, text, boolean),
     retention.batch_manifest(uuid, boolean),
     retention.batch_frames(uuid), retention.batch_slice(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text),
     retention.complete_batch(uuid, text, text, bigint, bigint, text), retention.archive_policies(),
+    retention.expiry_candidates(), retention.archive_holds(bigint, bytea, text[]),
+    retention.expire_prepare(uuid, text, interval, bigint[], bigint, bigint, text, text),
+    retention.expire_state(uuid), retention.expire_record(uuid, text, text[], jsonb, text),
     retention.health()
     TO retention_archiver;
 -- One scrape of the archiver shows the whole system.
@@ -623,5 +790,6 @@ GRANT SELECT ON retention.stats TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._fixpoint_guard(), retention._fixpoint_eligible(bigint, oid, anyelement) TO PUBLIC;
 -- What the statements that run as a policy's owner call (see pg_retention/src/author.rs).
 GRANT EXECUTE ON FUNCTION retention._hold_count(oid), retention._hold_matches(bigint, anyelement),
+    retention._consumer_pins(bigint), retention._consumer_floor(bigint, anyelement),
     retention._batch_quota(bigint, bigint, tid), retention._batch_bound(bigint, text)
     TO retention_admin;

@@ -71,7 +71,20 @@ CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.archive_records
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_records
     FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
 
+-- Archives whose objects an archiver's `expire apply` removed (past their policy's
+-- archive_keep; see docs/archiver.md): the record stays, with the operation that expired it.
+CREATE TABLE retention.archive_expirations (
+    archive_id   bigint PRIMARY KEY REFERENCES retention.archive_records (id),
+    operation_id uuid NOT NULL,
+    expired_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.archive_expirations
+    FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirations
+    FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
+
 SELECT pg_catalog.pg_extension_config_dump('retention.batches', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.batch_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_records', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_records_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.archive_expirations', '');

@@ -11,11 +11,14 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_archiver') THEN
         CREATE ROLE retention_archiver NOLOGIN;
     END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_consumer') THEN
+        CREATE ROLE retention_consumer NOLOGIN;
+    END IF;
 END
 $roles$;
 
 REVOKE ALL ON SCHEMA retention FROM PUBLIC;
-GRANT USAGE ON SCHEMA retention TO retention_admin, retention_archiver;
+GRANT USAGE ON SCHEMA retention TO retention_admin, retention_archiver, retention_consumer;
 
 -- A policy's identity. Its definition lives in policy_versions; the newest version is current.
 CREATE TABLE retention.policy_ids (
@@ -58,6 +61,9 @@ CREATE TABLE retention.policy_versions (
     -- retention.lower_floor, which ledgers who and why.
     keep_floor       integer,
     window_floor     interval,
+    -- How long an archive policy's archives are kept after they were made (NULL: forever);
+    -- older ones expire through the archiver's expire plan/prepare/apply.
+    archive_keep     interval,
     PRIMARY KEY (policy_id, version)
 );
 
@@ -90,6 +96,25 @@ CREATE TABLE retention.hold_lifts (
     reason    text NOT NULL,
     lifted_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- Pull consumers of a stream table, registered on its policy: while a consumer's lease is live,
+-- the policy deletes no row at or past its position (a value of the policy's order_by column,
+-- kept as that type's text; NULL until the first report of the epoch: then every row stays).
+-- Registering again starts a new epoch (from one sequence, so an epoch is never issued twice);
+-- reports carry it, and those of an earlier epoch are refused. Unregistering deletes the row.
+CREATE TABLE retention.consumer_registrations (
+    policy_id     bigint NOT NULL REFERENCES retention.policy_ids (id),
+    consumer      text NOT NULL CHECK (consumer <> ''),
+    epoch         bigint NOT NULL,
+    position      text,
+    lease         interval NOT NULL CHECK (lease > interval '0'),
+    expires_at    timestamptz NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    registered_by regrole NOT NULL,
+    reported_at   timestamptz,
+    PRIMARY KEY (policy_id, consumer)
+);
+CREATE SEQUENCE retention.consumer_epochs;
 
 -- One row per database worker that ever ran in this database.
 CREATE TABLE retention.worker_state (
@@ -148,7 +173,9 @@ SELECT pg_catalog.pg_extension_config_dump('retention.window_links', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.hold_records', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.hold_lifts', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.ledger_entries', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.consumer_registrations', '');
 -- The sequences too, so ids after a restore continue where the dump left them.
 SELECT pg_catalog.pg_extension_config_dump('retention.policy_ids_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.hold_records_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.ledger_entries_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.consumer_epochs', '');

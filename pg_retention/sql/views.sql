@@ -4,7 +4,7 @@ CREATE VIEW retention.policies AS
 SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_column,
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
-       v.owner::regrole AS owner, v.keep_floor, v.window_floor
+       v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -16,7 +16,7 @@ CREATE VIEW retention.policy_history AS
 SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v.age_column,
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
-       v.owner::regrole AS owner, v.keep_floor, v.window_floor
+       v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -86,7 +86,19 @@ GRANT SELECT ON retention.workers TO retention_admin;
 -- The archive index (archive.sql).
 CREATE VIEW retention.archives AS
 SELECT a.id, a.batch, a.policy, a.policy_version, a.relation, a.object_key, a.blake3, a.rows,
-       a.bytes, a.deleted, a.archived_at
-FROM retention.archive_records a;
+       a.bytes, a.deleted, a.archived_at, x.expired_at, x.operation_id AS expired_by
+FROM retention.archive_records a
+LEFT JOIN retention.archive_expirations x ON x.archive_id = a.id;
 
 GRANT SELECT ON retention.archives TO retention_admin, retention_archiver;
+
+-- Registered pull consumers and what each pins: `pinning` while the lease is live; from
+-- `position` on (every row while `position` is NULL, before the epoch's first report).
+CREATE VIEW retention.consumers AS
+SELECT p.name AS policy, c.consumer, c.epoch, c.position, c.lease, c.expires_at,
+       c.expires_at > now() AS pinning, c.registered_at, c.registered_by::regrole AS registered_by,
+       c.reported_at
+FROM retention.consumer_registrations c
+JOIN retention.policy_ids p ON p.id = c.policy_id
+WHERE p.dropped_at IS NULL;
+GRANT SELECT ON retention.consumers TO retention_admin;

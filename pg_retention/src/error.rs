@@ -76,6 +76,16 @@ pub enum RetentionError {
     /// No such hold (42704).
     #[error("hold {0} does not exist")]
     UnknownHold(i64),
+    /// No consumer of that name is registered on the policy (42704).
+    #[error("consumer {consumer} is not registered on policy {policy}")]
+    UnknownConsumer { policy: String, consumer: String },
+    /// A consumer's position report was refused (RT311, RT312, RT313).
+    #[error("position report of consumer {consumer} on policy {policy} refused: {refusal}")]
+    ReportRefused {
+        policy: String,
+        consumer: String,
+        refusal: ReportRefusal,
+    },
     /// A policy of that name exists already (42710).
     #[error("policy {0} already exists")]
     DuplicatePolicy(String),
@@ -107,6 +117,46 @@ pub enum RetentionError {
     /// An internal SPI failure (XX000).
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Why a consumer's position report was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReportRefusal {
+    /// The report carries an epoch other than the registration's current one (RT311).
+    Epoch { reported: i64, current: i64 },
+    /// The position is past the newest row the policy governs (RT312).
+    BeyondHead {
+        position: String,
+        head: Option<String>,
+    },
+    /// The consumer's lease ran out; it pinned nothing since (RT313).
+    LeaseLapsed { expired_at: String },
+}
+
+impl std::fmt::Display for ReportRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReportRefusal::Epoch { reported, current } if reported < current => {
+                write!(f, "epoch {reported} is stale (current epoch {current})")
+            }
+            ReportRefusal::Epoch { reported, current } => {
+                write!(
+                    f,
+                    "epoch {reported} was never issued (current epoch {current})"
+                )
+            }
+            ReportRefusal::BeyondHead { position, head } => match head {
+                Some(head) => write!(f, "position {position} is past the head {head}"),
+                None => write!(
+                    f,
+                    "position {position} is past the head: the stream has no rows"
+                ),
+            },
+            ReportRefusal::LeaseLapsed { expired_at } => {
+                write!(f, "its lease lapsed at {expired_at}")
+            }
+        }
+    }
 }
 
 impl From<pgrx::spi::SpiError> for RetentionError {
@@ -148,7 +198,14 @@ impl RetentionError {
             RetentionError::UnknownBatch(_) => "42704",
             RetentionError::BatchState { .. } => "RT503",
             RetentionError::ArchiveMismatch { .. } => "RT502",
-            RetentionError::UnknownPolicy(_) | RetentionError::UnknownHold(_) => "42704",
+            RetentionError::UnknownPolicy(_)
+            | RetentionError::UnknownHold(_)
+            | RetentionError::UnknownConsumer { .. } => "42704",
+            RetentionError::ReportRefused { refusal, .. } => match refusal {
+                ReportRefusal::Epoch { .. } => "RT311",
+                ReportRefusal::BeyondHead { .. } => "RT312",
+                ReportRefusal::LeaseLapsed { .. } => "RT313",
+            },
             RetentionError::DuplicatePolicy(_) => "42710",
             RetentionError::WrongState { .. } => "55000",
             RetentionError::Privilege { .. } | RetentionError::OwnerPrivilege { .. } => "42501",
@@ -184,6 +241,11 @@ impl RetentionError {
             RetentionError::ClassConflict { .. } => Some(
                 "A table is either archive-class (rows leave only through verified archives) or delete-class, never both: a delete policy could remove audit rows before they are archived.".into(),
             ),
+            RetentionError::ReportRefused { refusal, .. } => Some(match refusal {
+                ReportRefusal::Epoch { .. } => "Only the current registration of a consumer moves its position; a report of an earlier one (a process from before it registered again) is fenced off.".into(),
+                ReportRefusal::BeyondHead { .. } => "A consumer reports the position of the last row it processed, which exists.".into(),
+                ReportRefusal::LeaseLapsed { .. } => "A consumer whose lease lapsed pinned nothing since; rows it had not read may be gone.".into(),
+            }),
             _ => None,
         }
     }
@@ -207,6 +269,14 @@ impl RetentionError {
             }
             RetentionError::UnknownPolicy(_) => Some("See retention.policies.".into()),
             RetentionError::UnknownHold(_) => Some("See retention.holds.".into()),
+            RetentionError::UnknownConsumer { .. } => Some(
+                "Register it with retention.register_consumer; see retention.consumers.".into(),
+            ),
+            RetentionError::ReportRefused { refusal, .. } => Some(match refusal {
+                ReportRefusal::Epoch { current, .. } => format!("Report with epoch {current}, the one retention.register_consumer returned last."),
+                ReportRefusal::BeyondHead { .. } => "Report a position the consumer has read.".into(),
+                ReportRefusal::LeaseLapsed { .. } => "Register again (a new epoch), check retention.consumer_status for requires_bootstrap, then report.".into(),
+            }),
             RetentionError::FixpointViolation { age_column, .. } => {
                 Some(format!("Give those rows a {age_column}, or narrow the terminal predicate, then register again."))
             }

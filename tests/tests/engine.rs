@@ -1135,3 +1135,288 @@ fn a_run_error_is_ledgered_and_other_policies_still_run() {
         .get(0);
     assert!(err.unwrap_or_default().contains("no longer exists"));
 }
+
+/// A stream table: seq 1..100, row `s` created `100.5 - s` days ago, so under a 30-day window
+/// rows 1..70 are eligible; the policy orders the stream by seq.
+fn stream(db: &mut Client) {
+    db.batch_execute(
+        "CREATE TABLE stream (seq bigint PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO stream SELECT s, now() - make_interval(days => (101 - s)::int) + interval '12 hours'
+                              FROM generate_series(1, 100) s;
+         SELECT retention.add_policy(name => 'stream', relation => 'stream', kind => 'age',
+                age_column => 'created_at', older_than => '30 days', order_by => 'seq', batch_size => 7);",
+    )
+    .unwrap();
+}
+
+/// (pinned, would_delete) of the stream policy's preview.
+fn pins(db: &mut Client) -> (i64, i64) {
+    let row = db
+        .query_one(
+            "SELECT pinned, would_delete FROM retention.preview('stream')",
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+fn report(db: &mut Client, consumer: &str, epoch: i64, position: &str) -> String {
+    db.query_one(
+        "SELECT retention.report_position('stream', $1, $2, $3)",
+        &[&consumer, &epoch, &position],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn run_stream(db: &mut Client) -> (i64, i64) {
+    db.batch_execute("CALL retention.run('stream')").unwrap();
+    let row = db
+        .query_one("SELECT count(*), min(seq) FROM stream", &[])
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[test]
+fn consumer_floors_pin_rows_refuse_stale_epochs_unpin_on_lapse_and_report_bootstrap() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    stream(&mut db);
+    let register = |db: &mut Client, consumer: &str, lease: &str| -> i64 {
+        db.query_one(
+            "SELECT retention.register_consumer('stream', $1, $2::text::interval)",
+            &[&consumer, &lease],
+        )
+        .unwrap()
+        .get(0)
+    };
+    assert_eq!(pins(&mut db), (0, 70), "no consumer: the window alone");
+
+    // Registered and not yet reported: every row stays.
+    let e1 = register(&mut db, "c1", "1 hour");
+    assert_eq!(pins(&mut db), (70, 0));
+    assert_eq!(
+        run_stream(&mut db),
+        (100, 1),
+        "nothing deleted before the first report"
+    );
+
+    // A report pins from its position on; the rows before it go.
+    assert_eq!(report(&mut db, "c1", e1, "40"), "40");
+    assert_eq!(pins(&mut db), (31, 39));
+    assert_eq!(run_stream(&mut db), (61, 40));
+
+    // A lower or duplicate report never moves progress back.
+    assert_eq!(report(&mut db, "c1", e1, "35"), "40");
+    assert_eq!(report(&mut db, "c1", e1, "40"), "40");
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT position::bigint FROM retention.consumers WHERE consumer = 'c1'"
+        ),
+        40
+    );
+
+    // Registering again is a new epoch: the old one is fenced off, an unissued one refused,
+    // and until the new epoch's first report every row stays.
+    let e2 = register(&mut db, "c1", "1 hour");
+    assert!(e2 > e1);
+    let refused = |db: &mut Client, sql: &str, state: &str, words: &str| {
+        let (s, message) = expect_error(db, sql);
+        assert_eq!(s, state, "{sql}: {message}");
+        assert!(message.contains(words), "{sql}: {message}");
+    };
+    refused(
+        &mut db,
+        &format!("SELECT retention.report_position('stream', 'c1', {e1}, '60')"),
+        "RT311",
+        &format!("epoch {e1} is stale"),
+    );
+    refused(
+        &mut db,
+        &format!(
+            "SELECT retention.report_position('stream', 'c1', {}, '60')",
+            e2 + 100
+        ),
+        "RT311",
+        "never issued",
+    );
+    assert_eq!(pins(&mut db), (31, 0));
+    // Past the head (the newest row, 100) is refused; so is a value of another type.
+    refused(
+        &mut db,
+        &format!("SELECT retention.report_position('stream', 'c1', {e2}, '101')"),
+        "RT312",
+        "past the head 100",
+    );
+    refused(
+        &mut db,
+        &format!("SELECT retention.report_position('stream', 'c1', {e2}, 'ten')"),
+        "22P02",
+        "bigint",
+    );
+
+    // Two consumers: the lowest live position pins; the window still applies on top.
+    assert_eq!(report(&mut db, "c1", e2, "95"), "95");
+    let e3 = register(&mut db, "c2", "4 seconds");
+    assert_eq!(report(&mut db, "c2", e3, "45"), "45");
+    assert_eq!(pins(&mut db), (26, 5));
+    assert_eq!(run_stream(&mut db), (56, 45));
+
+    // A lapsed lease stops pinning, and the lapsed consumer's reports are refused.
+    std::thread::sleep(std::time::Duration::from_millis(4500));
+    assert_eq!(
+        pins(&mut db),
+        (0, 26),
+        "c1 at 95 pins nothing inside the window"
+    );
+    refused(
+        &mut db,
+        &format!("SELECT retention.report_position('stream', 'c2', {e3}, '50')"),
+        "RT313",
+        "lease lapsed",
+    );
+    assert_eq!(run_stream(&mut db), (30, 71), "the window keeps 71..100");
+
+    // Below the oldest surviving row, a consumer must bootstrap.
+    let status = |db: &mut Client, consumer: &str| -> (i64, Option<String>, bool, bool) {
+        let r = db
+            .query_one(
+                "SELECT epoch, floor, requires_bootstrap, pinning FROM retention.consumer_status('stream', $1)",
+                &[&consumer],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3))
+    };
+    assert_eq!(status(&mut db, "c2"), (e3, Some("45".into()), true, false));
+    assert_eq!(status(&mut db, "c1"), (e2, Some("95".into()), false, true));
+
+    // Unregistered, a consumer pins nothing; the ledger has every registration.
+    db.batch_execute(
+        "SELECT retention.unregister_consumer('stream', 'c1');
+         SELECT retention.unregister_consumer('stream', 'c2');",
+    )
+    .unwrap();
+    refused(
+        &mut db,
+        "SELECT retention.unregister_consumer('stream', 'c1')",
+        "42704",
+        "not registered",
+    );
+    refused(
+        &mut db,
+        &format!("SELECT retention.report_position('stream', 'c1', {e2}, '96')"),
+        "42704",
+        "not registered",
+    );
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'consumer_register' AND policy = 'stream'"),
+        3
+    );
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'consumer_unregister' AND policy = 'stream'"),
+        2
+    );
+
+    // Refusals at registration: no order_by, a delete policy only, a positive lease.
+    db.batch_execute(
+        "CREATE TABLE plain (id int PRIMARY KEY, at timestamptz NOT NULL);
+         SELECT retention.add_policy(name => 'plain', relation => 'plain', kind => 'age',
+                age_column => 'at', older_than => '1 day');",
+    )
+    .unwrap();
+    refused(
+        &mut db,
+        "SELECT retention.register_consumer('plain', 'c', '1 hour')",
+        "22023",
+        "has no order_by",
+    );
+    refused(
+        &mut db,
+        "SELECT retention.register_consumer('stream', 'c', '0 seconds')",
+        "22023",
+        "lease must be a positive interval",
+    );
+
+    // Reporting needs the right to read the order column.
+    db.batch_execute(
+        "CREATE ROLE reader IN ROLE retention_consumer;
+         SELECT retention.register_consumer('stream', 'c4', '1 hour');",
+    )
+    .unwrap();
+    let e4: i64 = db
+        .query_one(
+            "SELECT epoch FROM retention.consumers WHERE consumer = 'c4'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    db.batch_execute("SET ROLE reader").unwrap();
+    refused(
+        &mut db,
+        &format!("SELECT retention.report_position('stream', 'c4', {e4}, '80')"),
+        "42501",
+        "SELECT on column seq",
+    );
+    db.batch_execute("RESET ROLE; GRANT SELECT (seq) ON stream TO reader; SET ROLE reader")
+        .unwrap();
+    assert_eq!(report(&mut db, "c4", e4, "80"), "80");
+    db.batch_execute("RESET ROLE").unwrap();
+    assert_eq!(pins(&mut db), (0, 0));
+}
+
+#[test]
+fn consumer_floors_pin_keep_latest_and_entity_groups() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    // Two sources of 10 runs each (seq 1..20, source = seq % 2); keep the newest 2 per source.
+    db.batch_execute(
+        "CREATE TABLE runs (seq bigint PRIMARY KEY, src int NOT NULL, at timestamptz NOT NULL);
+         INSERT INTO runs SELECT s, s % 2, now() - make_interval(days => (21 - s)::int) FROM generate_series(1, 20) s;
+         CREATE TABLE docs (seq bigint PRIMARY KEY, doc int NOT NULL, at timestamptz NOT NULL);
+         INSERT INTO docs SELECT s, (s - 1) / 5, now() - make_interval(days => (101 - s)::int) FROM generate_series(1, 100) s;
+         SELECT retention.add_policy(name => 'runs', relation => 'runs', kind => 'keep_latest',
+                group_by => ARRAY['src'], order_by => 'seq', keep => 2);
+         SELECT retention.add_policy(name => 'docs', relation => 'docs', kind => 'entity',
+                group_by => ARRAY['doc'], age_column => 'at', older_than => '30 days', order_by => 'seq');
+         SELECT retention.report_position('runs', 'r', retention.register_consumer('runs', 'r', '1 hour'), '9');
+         SELECT retention.report_position('docs', 'd', retention.register_consumer('docs', 'd', '1 hour'), '33');",
+    )
+    .unwrap();
+    // keep_latest: 16 rows past the newest 2 per source, of which 1..8 are below the floor.
+    let row = db
+        .query_one(
+            "SELECT eligible, pinned, would_delete FROM retention.preview('runs')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, i64>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, i64>(2)
+        ),
+        (16, 8, 8)
+    );
+    // entity: docs 0..13 (seq 1..70) expired; the group holding seq 33 (doc 6, seq 31..35) and
+    // every later one stay whole.
+    let row = db
+        .query_one(
+            "SELECT eligible, pinned, would_delete FROM retention.preview('docs')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            row.get::<_, i64>(0),
+            row.get::<_, i64>(1),
+            row.get::<_, i64>(2)
+        ),
+        (70, 40, 30)
+    );
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(scalar(&mut db, "SELECT min(seq) FROM runs"), 9);
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM runs"), 12);
+    assert_eq!(scalar(&mut db, "SELECT min(seq) FROM docs"), 31);
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM docs"), 70);
+}

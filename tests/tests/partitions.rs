@@ -573,6 +573,69 @@ fn preview_partitions_to_drop_equals_what_the_next_run_drops() {
 }
 
 #[test]
+fn a_leaf_a_consumer_pins_is_not_dropped_and_its_pinned_rows_stay() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    // The stream's order is id (row i is i hours old): a consumer at 200 pins ids 200 and up,
+    // the older rows of m8 (for part of the day), all of m9 and m10, and the default partition.
+    policy(&mut db, ", order_by => 'id'");
+    db.batch_execute(
+        "SELECT retention.report_position('events', 'c', retention.register_consumer('events', 'c', '1 hour'), '200')",
+    )
+    .unwrap();
+    let pinned_before = count(&mut db, "SELECT count(*) FROM events WHERE id >= 200");
+    let pinned_expired = count(
+        &mut db,
+        "SELECT count(*) FROM events WHERE id >= 200 AND created_at < now() - interval '5 days'",
+    );
+    assert_eq!(
+        count(&mut db, "SELECT pinned FROM retention.preview('events')"),
+        pinned_expired
+    );
+    let listed: Vec<String> = db
+        .query(
+            "SELECT partition FROM retention.preview_partitions('events')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        listed.contains(&"public.events_m6".to_owned()),
+        "{listed:?}"
+    );
+    assert!(
+        !listed.contains(&"public.events_m10".to_owned()),
+        "{listed:?}"
+    );
+    db.batch_execute("CALL retention.run()").unwrap();
+    let dropped: Vec<String> = drops(&mut db).into_iter().map(|(p, _)| p).collect();
+    assert_eq!(dropped, sorted(listed), "the run drops what preview listed");
+    assert!(!exists(&mut db, "events_m6") && !exists(&mut db, "events_m7"));
+    assert!(exists(&mut db, "events_m9") && exists(&mut db, "events_m10"));
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM events WHERE id >= 200"),
+        pinned_before,
+        "every pinned row stays"
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM events WHERE id < 200 AND created_at < now() - interval '5 days'"
+        ),
+        0,
+        "every expired row below the position went"
+    );
+    // Unpinned, the wholly expired leaves go whole.
+    db.batch_execute("SELECT retention.unregister_consumer('events', 'c')")
+        .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert!(!exists(&mut db, "events_m9") && !exists(&mut db, "events_m10"));
+}
+
+#[test]
 fn a_drop_blocked_by_a_long_transaction_is_skipped_and_ledgered_without_blocking_inserts() {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");

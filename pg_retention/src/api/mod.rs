@@ -4,6 +4,7 @@
 //! only by the roles that need them.
 
 pub mod archive;
+pub mod consumer;
 pub mod hold;
 pub mod policy;
 pub mod preview;

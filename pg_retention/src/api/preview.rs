@@ -6,8 +6,8 @@ use crate::error::{returned_nothing, OrReport, Result};
 use pgrx::prelude::*;
 
 /// policy, eligible, held, hold_ids, would_delete, backlog, archive_bytes_estimate,
-/// partitions_to_drop
-type PreviewRow = (String, i64, i64, Vec<i64>, i64, i64, Option<i64>, i64);
+/// partitions_to_drop, pinned
+type PreviewRow = (String, i64, i64, Vec<i64>, i64, i64, Option<i64>, i64, i64);
 
 fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
     let names: Vec<String> = match policy {
@@ -30,6 +30,7 @@ fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
             p.backlog,
             p.archive_bytes_estimate,
             p.partitions_to_drop,
+            p.pinned,
         ));
     }
     Ok(rows)
@@ -53,6 +54,7 @@ fn preview(
         name!(backlog, i64),
         name!(archive_bytes_estimate, Option<i64>),
         name!(partitions_to_drop, i64),
+        name!(pinned, i64),
     ),
 > {
     TableIterator::new(previews(policy).or_report())

@@ -4,9 +4,11 @@
 //!
 //! A batch's life, one file per step: `claim.rs` (eligible rows → a batch), `slice.rs` (its
 //! frames and manifest), `lease.rs` (resume, extend, release, expire), `prune.rs` (the delete),
-//! `verify.rs` (the in-transaction check that gates it).
+//! `verify.rs` (the in-transaction check that gates it); and, once archives outlive their
+//! policy's `archive_keep`, `expiry.rs` (the holds over an archive's rows).
 
 pub mod claim;
+pub mod expiry;
 mod leaf_drop;
 pub mod lease;
 pub mod prune;

@@ -361,3 +361,34 @@ impl ArchiveRecord<'_> {
         .ok_or_else(|| returned_nothing("archive record insert"))
     }
 }
+
+/// An archive as recorded, with what checking its rows against holds needs.
+#[derive(Debug, Clone, Deserialize)]
+pub struct StoredArchive {
+    /// Its policy's name.
+    pub policy: String,
+    /// The table (or leaf) its rows came from, as an oid; it may have been dropped since.
+    pub relation: u32,
+    /// Whether that table still exists.
+    pub relation_exists: bool,
+    /// The slice's BLAKE3 (hex), rows and bytes.
+    pub blake3: String,
+    /// Rows in the slice.
+    pub rows: i64,
+    /// Bytes in the slice.
+    pub bytes: i64,
+}
+
+impl StoredArchive {
+    /// Archive `id`, if recorded.
+    pub fn by_id(id: i64) -> Result<Option<StoredArchive>> {
+        query_json(
+            "SELECT jsonb_build_object('policy', a.policy, 'relation', b.relation::oid::bigint,
+                    'relation_exists', EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = b.relation::oid),
+                    'blake3', a.blake3, 'rows', a.rows, 'bytes', a.bytes)
+               FROM retention.archive_records a JOIN retention.batches b ON b.id = a.batch
+              WHERE a.id = $1",
+            &[id.into()],
+        )
+    }
+}

@@ -56,6 +56,10 @@ pub enum LedgerMethod {
     DropPartition,
     /// A whole-partition drop put off: its locks were not granted in time.
     DropSkipped,
+    /// A pull consumer registered (or registered again: a new epoch).
+    ConsumerRegister,
+    /// A pull consumer unregistered: it pins nothing any more.
+    ConsumerUnregister,
 }
 
 impl LedgerMethod {
@@ -76,6 +80,8 @@ impl LedgerMethod {
             LedgerMethod::LowerFloor => "lower_floor",
             LedgerMethod::DropPartition => "drop_partition",
             LedgerMethod::DropSkipped => "drop_skipped",
+            LedgerMethod::ConsumerRegister => "consumer_register",
+            LedgerMethod::ConsumerUnregister => "consumer_unregister",
         }
     }
 }

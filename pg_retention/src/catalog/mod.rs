@@ -1,11 +1,12 @@
 //! Reading and appending the catalog. Every `retention.*` table has one home here (and its DDL
 //! in `sql/catalog.sql` or `sql/archive.sql`): policies and their versions (`policy.rs`), holds
 //! and lifts (`hold.rs`), archive batches, their key sets and archive records (`batch.rs`), the
-//! ledger (`ledger.rs`), window links (`link.rs`). `relation.rs` describes governed tables from
-//! the system catalogs. The worker's state (`worker_state.rs`) is written through the worker's
-//! SQL functions in `sql/api.sql`.
+//! ledger (`ledger.rs`), window links (`link.rs`), pull consumers (`consumer.rs`).
+//! `relation.rs` describes governed tables from the system catalogs. The worker's state
+//! (`worker_state.rs`) is written through the worker's SQL functions in `sql/api.sql`.
 
 pub mod batch;
+pub mod consumer;
 pub mod hold;
 pub mod ledger;
 pub mod link;
@@ -15,7 +16,7 @@ pub mod prepared;
 pub mod relation;
 pub mod worker_state;
 
-pub use batch::{ArchiveRecord, Batch, BatchState, ClaimedRows, NewBatch, Texts};
+pub use batch::{ArchiveRecord, Batch, BatchState, ClaimedRows, NewBatch, StoredArchive, Texts};
 pub use hold::{active_holds, Hold, HoldFence};
 pub use ledger::{LedgerEntry, LedgerMethod};
 pub use partition::Leaf;

@@ -194,6 +194,9 @@ pub struct PolicySpec {
     /// Floor under `older_than`, as interval text.
     #[serde(default)]
     pub window_floor: Option<String>,
+    /// How long archives are kept (interval text; None: forever). Archive policies only.
+    #[serde(default)]
+    pub archive_keep: Option<String>,
     /// Whether sweeps run it.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -231,7 +234,7 @@ impl std::ops::Deref for Policy {
 /// and the columns of `retention.policy_versions`. The statements below are built from this
 /// list; `a_policy_field_has_one_definition` fails when the SQL surface, the spec or the
 /// catalog disagree with it.
-pub const FIELDS: [(&str, &str); 14] = [
+pub const FIELDS: [(&str, &str); 15] = [
     ("kind", "text"),
     ("age_column", "text"),
     ("older_than", "interval"),
@@ -246,6 +249,7 @@ pub const FIELDS: [(&str, &str); 14] = [
     ("max_rows_per_run", "bigint"),
     ("keep_floor", "integer"),
     ("window_floor", "interval"),
+    ("archive_keep", "interval"),
 ];
 
 /// `v.<field>` for each field, as [`PolicySpec`] reads it (intervals as text).
@@ -496,6 +500,7 @@ mod tests {
             max_rows_per_run: 1,
             keep_floor: None,
             window_floor: None,
+            archive_keep: None,
             enabled: true,
         };
         let keys: Vec<String> = serde_json::to_value(&spec)

@@ -6,7 +6,7 @@
 //! block range; ranked kinds (`keep_latest`, `versions`) rank the whole table and then walk the
 //! ranked rows forward. `entity` policies are selected and deleted a whole group at a time.
 
-use crate::catalog::{prepared, Hold, Kind, Leaf, Policy, PolicySpec, RelationInfo};
+use crate::catalog::{prepared, Action, Hold, Kind, Leaf, Policy, PolicySpec, RelationInfo};
 use crate::error::{present, Result, RetentionError};
 use crate::sql_text::{ident, literal, predicate};
 use pgrx::prelude::*;
@@ -55,23 +55,34 @@ pub struct Guards {
     pub holds: bool,
     /// Skip rows still referenced through a foreign key (a whole group, for `entity`).
     pub references: bool,
+    /// Skip rows a live pull consumer pins (a whole group, for `entity`).
+    pub pins: bool,
 }
 
 impl Guards {
-    /// Both guards: what a sweep deletes.
+    /// Every guard: what a sweep deletes.
     pub const ALL: Guards = Guards {
         holds: true,
         references: true,
+        pins: true,
     };
     /// No guards: what the policy alone makes eligible.
     pub const NONE: Guards = Guards {
         holds: false,
         references: false,
+        pins: false,
     };
-    /// References only: eligible and deletable but for holds.
+    /// References only: eligible and deletable but for holds and consumers.
     pub const REFERENCES: Guards = Guards {
         holds: false,
         references: true,
+        pins: false,
+    };
+    /// References and consumers: eligible and deletable but for holds.
+    pub const UNHELD: Guards = Guards {
+        holds: false,
+        references: true,
+        pins: true,
     };
 }
 
@@ -88,6 +99,9 @@ pub struct Eligibility<'a> {
     order: Option<String>,
     /// The leaf a step works on, for a partitioned table (None: the whole table).
     leaf: Option<&'a Leaf>,
+    /// The quoted order column and its type, for a policy pull consumers can pin (a delete
+    /// policy with an `order_by`; see `api/consumer.rs`).
+    stream: Option<(String, String)>,
 }
 
 /// The quoted age and order columns of `policy`, refusing a policy whose kind needs one it
@@ -140,6 +154,12 @@ impl<'a> Eligibility<'a> {
         cutoff: Option<String>,
     ) -> Result<Self> {
         let (age, order) = kind_columns(policy)?;
+        let stream = match (&policy.order_by, policy.action) {
+            (Some(order_by), Action::Delete) => {
+                Some((ident(order_by), rel.column(order_by)?.type_name.clone()))
+            }
+            _ => None,
+        };
         Ok(Eligibility {
             policy,
             rel,
@@ -149,6 +169,7 @@ impl<'a> Eligibility<'a> {
             age,
             order,
             leaf: None,
+            stream,
         })
     }
 
@@ -218,23 +239,39 @@ impl<'a> Eligibility<'a> {
         })
     }
 
-    /// Eligible rows (references guarded, holds not) matching each active hold, by hold id:
-    /// what preview reports as held and a run's close ledgers as `hold_skip`.
+    /// Eligible rows (references and consumers guarded, holds not) matching each active hold,
+    /// by hold id: what preview reports as held and a run's close ledgers as `hold_skip`.
     pub fn held_per_hold(&self) -> Result<Vec<(i64, i64)>> {
+        self.hold_counts(&self.rows(Guards::UNHELD), "e.__rel", &[])
+    }
+
+    /// The rows of `source` (a query with the table's columns; `leaf_oid` is SQL for a row's
+    /// leaf, `args` its parameters) matching each active hold, by hold id, counted as the
+    /// policy's owner with each hold evaluated as [`Eligibility::hold_match`] does.
+    pub fn hold_counts(
+        &self,
+        source: &str,
+        leaf_oid: &str,
+        args: &[pgrx::datum::DatumWithOid<'_>],
+    ) -> Result<Vec<(i64, i64)>> {
         if self.holds.is_empty() {
             return Ok(vec![]);
         }
         let filters: Vec<String> = self
             .holds
             .iter()
-            .map(|h| format!("count(*) FILTER (WHERE {})", self.hold_match(h, "e.__rel")))
+            .map(|h| format!("count(*) FILTER (WHERE {})", self.hold_match(h, leaf_oid)))
             .collect();
         let sql = format!(
-            "SELECT ARRAY[{}]::bigint[] FROM ({}) e",
+            "SELECT ARRAY[{}]::bigint[] FROM ({source}) e",
             filters.join(", "),
-            self.rows(Guards::REFERENCES)
         );
-        let counts = self.as_owner(|| present(Spi::get_one::<Vec<i64>>(&sql)?, "hold counts"))?;
+        let counts = self.as_owner(|| {
+            present(
+                Spi::get_one_with_args::<Vec<i64>>(&sql, args)?,
+                "hold counts",
+            )
+        })?;
         Ok(self.holds.iter().map(|h| h.id).zip(counts).collect())
     }
 
@@ -371,8 +408,32 @@ impl<'a> Eligibility<'a> {
         Some(format!("({})", parts.join(" OR ")))
     }
 
+    /// Whether pull consumers can pin rows of this policy.
+    pub fn pinnable(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// True when no live pull consumer pins the row addressed as `alias`: none is registered,
+    /// or every one has reported and the row's order value is below the lowest report (a row
+    /// without one stays). The two reads are uncorrelated subqueries, run once per statement,
+    /// in the deleting statement's own snapshot.
+    fn unpinned(&self, alias: &str) -> Option<String> {
+        let (order, order_type) = self.stream.as_ref()?;
+        let id = self.policy.id;
+        Some(format!(
+            "CASE (SELECT retention._consumer_pins({id})) WHEN 'none' THEN true
+                  WHEN 'floor' THEN coalesce({alias}.{order} < (SELECT retention._consumer_floor({id}, NULL::{order_type})), false)
+                  ELSE false END"
+        ))
+    }
+
     fn guard_filter(&self, guards: Guards, alias: &str, leaf_oid: &str) -> String {
         let mut f = Vec::new();
+        if guards.pins {
+            if let Some(u) = self.unpinned(alias) {
+                f.push(u);
+            }
+        }
         if guards.holds {
             if let Some(h) = self.held(leaf_oid) {
                 f.push(format!("NOT {h}"));
@@ -493,6 +554,11 @@ impl<'a> Eligibility<'a> {
         if guards.references {
             if let Some(r) = self.referenced("t") {
                 having.push(format!("NOT bool_or({r})"));
+            }
+        }
+        if guards.pins {
+            if let Some(u) = self.unpinned("t") {
+                having.push(format!("bool_and({u})"));
             }
         }
         let groups = self

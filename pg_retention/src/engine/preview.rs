@@ -26,6 +26,8 @@ pub struct Preview {
     pub archive_bytes_estimate: Option<i64>,
     /// Partitions the next run would drop whole (their rows are part of `would_delete`).
     pub partitions_to_drop: i64,
+    /// Eligible, unreferenced rows kept because a live pull consumer pins them.
+    pub pinned: i64,
 }
 
 /// A partition the next run would drop whole.
@@ -87,6 +89,11 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
     let elig = Eligibility::new(policy, &rel, &holds)?;
     let eligible = elig.count(Guards::NONE)?;
     let unreferenced = elig.count(Guards::REFERENCES)?;
+    let unpinned = if elig.pinnable() {
+        elig.count(Guards::UNHELD)?
+    } else {
+        unreferenced
+    };
     let deletable = elig.count(Guards::ALL)?;
     let hold_ids = elig
         .held_per_hold()?
@@ -119,12 +126,13 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
     Ok(Preview {
         policy: policy.name.clone(),
         eligible,
-        held: unreferenced - deletable,
+        held: unpinned - deletable,
         hold_ids,
         would_delete,
         backlog: deletable - would_delete,
         archive_bytes_estimate,
         partitions_to_drop,
+        pinned: unreferenced - unpinned,
     })
 }
 

@@ -92,12 +92,15 @@ pub fn whole_leaf(
         eligible = elig.age_predicate(Guards {
             holds: true,
             references: false,
+            pins: true,
         }),
     );
-    // Within a bound, only a scope, a terminal predicate or a hold can make a row ineligible.
+    // Within a bound, only a scope, a terminal predicate, a hold or a consumer can make a row
+    // ineligible.
     let within_bound = if policy.scope.is_none()
         && policy.terminal.is_none()
         && elig.holds_on(leaf).next().is_none()
+        && !elig.pinnable()
     {
         "true".to_owned()
     } else {

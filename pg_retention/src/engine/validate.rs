@@ -226,6 +226,22 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
             "Use kind => 'age' with age_column, older_than and terminal.",
         ));
     }
+    if let Some(keep) = &spec.archive_keep {
+        if spec.action != Action::ArchiveThenDelete {
+            return Err(RetentionError::invalid(
+                "archive_keep applies to archive_then_delete policies",
+                "Only archive policies make archives.",
+                "Drop archive_keep, or use action => 'archive_then_delete'.",
+            ));
+        }
+        if interval_sign(keep)? != Ordering::Greater {
+            return Err(RetentionError::invalid(
+                format!("archive_keep must be a positive interval, got {keep}"),
+                "Archives older than archive_keep expire; a zero or negative one would expire every archive.",
+                "Use an interval such as '7 years', or leave archive_keep NULL to keep archives forever.",
+            ));
+        }
+    }
     if spec.action == Action::ArchiveThenDelete && spec.terminal.is_none() {
         return Err(RetentionError::invalid(
             "archive_then_delete policies require a terminal predicate",

@@ -1,0 +1,67 @@
+-- pg_retention 0.4.0 -> 0.5.0 (ALTER EXTENSION pg_retention UPDATE TO '0.5.0').
+--
+-- 0.5.0 adds pull consumers that pin a delete policy's stream (retention.register_consumer,
+-- report_position, unregister_consumer, consumer_status; the retention.consumers view), the
+-- retention_consumer role, and preview's pinned column; and archives that expire under the
+-- same governance: archive_keep on policies (policy_versions.archive_keep), the archive
+-- expirations index (retention.archive_expirations, retention.archives.expired_at) and the
+-- functions the archiver's `expire` calls. No existing row changes. As before,
+-- every view and function goes and is defined again below exactly as a fresh install defines
+-- it (scripts/assemble-upgrade), so an upgraded schema equals a fresh one (tests/tests/upgrade.rs).
+\echo Use "ALTER EXTENSION pg_retention UPDATE TO '0.5.0'" to load this file. \quit
+
+DO $roles$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_consumer') THEN
+        CREATE ROLE retention_consumer NOLOGIN;
+    END IF;
+END
+$roles$;
+GRANT USAGE ON SCHEMA retention TO retention_consumer;
+
+CREATE TABLE retention.consumer_registrations (
+    policy_id     bigint NOT NULL REFERENCES retention.policy_ids (id),
+    consumer      text NOT NULL CHECK (consumer <> ''),
+    epoch         bigint NOT NULL,
+    position      text,
+    lease         interval NOT NULL CHECK (lease > interval '0'),
+    expires_at    timestamptz NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    registered_by regrole NOT NULL,
+    reported_at   timestamptz,
+    PRIMARY KEY (policy_id, consumer)
+);
+CREATE SEQUENCE retention.consumer_epochs;
+SELECT pg_catalog.pg_extension_config_dump('retention.consumer_registrations', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.consumer_epochs', '');
+
+ALTER TABLE retention.policy_versions ADD COLUMN archive_keep interval;
+
+CREATE TABLE retention.archive_expirations (
+    archive_id   bigint PRIMARY KEY REFERENCES retention.archive_records (id),
+    operation_id uuid NOT NULL,
+    expired_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.archive_expirations
+    FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirations
+    FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
+SELECT pg_catalog.pg_extension_config_dump('retention.archive_expirations', '');
+
+DROP VIEW retention.workers, retention.stats, retention.ledger, retention.holds,
+    retention.policy_history, retention.policies, retention.archives, retention.tables;
+
+-- Only the trigger functions stay (triggers on the catalog and, for _fixpoint_guard, on
+-- governed tables depend on them) and are replaced in place.
+DO $drop$
+DECLARE
+    f record;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure AS sig, p.prokind FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = 'retention'::regnamespace
+                AND p.proname NOT IN ('_refuse_change', '_fixpoint_guard')
+    LOOP
+        EXECUTE format('DROP %s %s', CASE f.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, f.sig);
+    END LOOP;
+END
+$drop$;

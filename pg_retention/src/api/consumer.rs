@@ -1,0 +1,276 @@
+//! Pull consumers: registering, reporting positions, unregistering, and a consumer's status.
+//!
+//! A consumer reads a stream table in the order of its policy's `order_by` column. While its
+//! lease is live, the policy deletes no row at or past the position it reported last (every row
+//! before its first report); the window and every other condition still apply on top. Each
+//! registration is an epoch: a process of an earlier registration cannot move the position.
+
+use crate::api::hold::non_empty;
+use crate::catalog::consumer::Registration;
+use crate::catalog::{caller, caller_oid, Action, LedgerEntry, LedgerMethod, Policy, RelationInfo};
+use crate::engine::validate::interval_sign;
+use crate::error::{outcome, present, ReportRefusal, Result, RetentionError};
+use crate::sql_text::{ident, predicate};
+use pgrx::prelude::*;
+use serde::Serialize;
+use serde_json::json;
+use std::cmp::Ordering;
+
+/// The policy a consumer pins, with its stream: the table and the order column and its type.
+struct Stream {
+    policy: Policy,
+    rel: RelationInfo,
+    /// The order column, quoted.
+    order: String,
+    /// Its type, as SQL.
+    order_type: String,
+}
+
+impl Stream {
+    /// The policy `name` as a stream consumers can pin: a delete policy with an `order_by`.
+    fn of(name: &str) -> Result<Stream> {
+        let policy = Policy::by_name(name)?;
+        let Some(order_by) = policy.order_by.clone() else {
+            return Err(RetentionError::invalid(
+                format!("policy {name} has no order_by"),
+                "A consumer's position is a value of the policy's order_by column (the stream's order).",
+                "Give the policy an order_by: retention.alter_policy(name => ..., order_by => '<sequence column>').",
+            ));
+        };
+        if policy.action != Action::Delete {
+            return Err(RetentionError::invalid(
+                format!("policy {name} archives its rows; consumers pin delete policies"),
+                "Rows of an archive policy leave only through verified archives, which consumers do not pin.",
+                "Register consumers on a delete policy of the stream table.",
+            ));
+        }
+        let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+        let order_type = rel.column(&order_by)?.type_name.clone();
+        Ok(Stream {
+            order: ident(&order_by),
+            order_type,
+            policy,
+            rel,
+        })
+    }
+
+    /// Refuses a caller who may not read the order column: a report or a status reveals how a
+    /// position compares with the stream's rows.
+    fn check_caller_reads(&self) -> Result<()> {
+        let order_by = self.policy.order_by.as_deref().unwrap_or_default();
+        let may = Spi::get_one_with_args::<bool>(
+            "SELECT pg_catalog.has_column_privilege($1::bigint::oid, $2::bigint::oid, $3, 'SELECT')",
+            &[
+                i64::from(caller_oid()).into(),
+                i64::from(self.rel.oid).into(),
+                order_by.into(),
+            ],
+        )?;
+        if may != Some(true) {
+            return Err(RetentionError::Privilege {
+                message: format!(
+                    "permission denied to report positions of {}: SELECT on column {order_by} is missing",
+                    self.rel.qualified
+                ),
+                hint: "A consumer reads the stream; grant it SELECT on the order column.".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `position` in the order column's canonical text form (22P02 and kin when it is not a
+    /// value of that type).
+    fn canonical(&self, position: &str) -> Result<String> {
+        present(
+            Spi::get_one_with_args::<String>(
+                &format!("SELECT $1::{}::text", self.order_type),
+                &[position.into()],
+            )?,
+            "a position cast",
+        )
+    }
+
+    /// How `a` compares with `b`, both positions in canonical text.
+    fn compare(&self, a: &str, b: &str) -> Result<Ordering> {
+        let t = &self.order_type;
+        let sign = present(
+            Spi::get_one_with_args::<i32>(
+                &format!("SELECT CASE WHEN $1::{t} > $2::{t} THEN 1 WHEN $1::{t} < $2::{t} THEN -1 ELSE 0 END"),
+                &[a.into(), b.into()],
+            )?,
+            "a position comparison",
+        )?;
+        Ok(sign.cmp(&0))
+    }
+
+    /// The newest (`max`) or oldest (`min`) position among the rows the policy governs, read as
+    /// the policy's owner (its scope is the owner's SQL); None when there are none.
+    fn end(&self, aggregate: &str) -> Result<Option<String>> {
+        let scope = self
+            .policy
+            .scope
+            .as_deref()
+            .map(predicate)
+            .unwrap_or_else(|| "true".into());
+        // Only the aggregate in the subquery: the planner reads it from an index on the column.
+        let sql = format!(
+            "SELECT e::text FROM (SELECT {aggregate}(t.{order}) AS e FROM {rows} t WHERE {scope}) m",
+            order = self.order,
+            rows = self.rel.all_rows(),
+        );
+        crate::author::run_as(self.policy.owner, || Ok(Spi::get_one::<String>(&sql)?))
+    }
+}
+
+fn register(policy: &str, consumer: &str, lease: &str) -> Result<i64> {
+    non_empty(consumer, "consumer")?;
+    if interval_sign(lease)? != Ordering::Greater {
+        return Err(RetentionError::invalid(
+            format!("lease must be a positive interval, got {lease}"),
+            "A consumer pins rows only while its lease runs; each report renews it.",
+            "Use a lease longer than the consumer's reporting interval, such as '15 minutes'.",
+        ));
+    }
+    let stream = Stream::of(policy)?;
+    let epoch = Registration::register(stream.policy.id, consumer, lease, caller_oid())?;
+    LedgerEntry {
+        method: LedgerMethod::ConsumerRegister,
+        policy: Some(&stream.policy),
+        relation: None,
+        rows: 0,
+        hold_ids: vec![],
+        actor: &caller(),
+        run_id: None,
+        detail: json!({ "consumer": consumer, "epoch": epoch, "lease": lease }),
+    }
+    .append()?;
+    Ok(epoch)
+}
+
+/// Registers `consumer` on `policy` with a lease, in a new epoch; returns the epoch.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _register_consumer(policy: &str, consumer: &str, lease: &str) -> pgrx::JsonB {
+    outcome(register(policy, consumer, lease))
+}
+
+fn report(policy: &str, consumer: &str, epoch: i64, position: &str) -> Result<Option<String>> {
+    let stream = Stream::of(policy)?;
+    stream.check_caller_reads()?;
+    let refused = |refusal| RetentionError::ReportRefused {
+        policy: policy.to_owned(),
+        consumer: consumer.to_owned(),
+        refusal,
+    };
+    let reg = Registration::lock(stream.policy.id, consumer)?.ok_or_else(|| {
+        RetentionError::UnknownConsumer {
+            policy: policy.to_owned(),
+            consumer: consumer.to_owned(),
+        }
+    })?;
+    if epoch != reg.epoch {
+        return Err(refused(ReportRefusal::Epoch {
+            reported: epoch,
+            current: reg.epoch,
+        }));
+    }
+    if !reg.live {
+        return Err(refused(ReportRefusal::LeaseLapsed {
+            expired_at: reg.expires_at,
+        }));
+    }
+    let position = stream.canonical(position)?;
+    let head = stream.end("max")?;
+    let beyond = match &head {
+        None => true,
+        Some(head) => stream.compare(&position, head)? == Ordering::Greater,
+    };
+    if beyond {
+        return Err(refused(ReportRefusal::BeyondHead { position, head }));
+    }
+    // Progress never moves back: a duplicate or lower report keeps the position (and renews
+    // the lease, as any report does).
+    let kept = match reg.position {
+        Some(current) if stream.compare(&position, &current)? != Ordering::Greater => current,
+        _ => position,
+    };
+    Registration::record_report(stream.policy.id, consumer, Some(&kept))?;
+    Ok(Some(kept))
+}
+
+/// Records that `consumer` (in `epoch`) has processed the stream up to `position`; returns the
+/// position it now pins from.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _report_position(policy: &str, consumer: &str, epoch: i64, position: &str) -> pgrx::JsonB {
+    outcome(report(policy, consumer, epoch, position))
+}
+
+fn unregister(policy: &str, consumer: &str) -> Result<()> {
+    let stream = Stream::of(policy)?;
+    if !Registration::remove(stream.policy.id, consumer)? {
+        return Err(RetentionError::UnknownConsumer {
+            policy: policy.to_owned(),
+            consumer: consumer.to_owned(),
+        });
+    }
+    LedgerEntry {
+        method: LedgerMethod::ConsumerUnregister,
+        policy: Some(&stream.policy),
+        relation: None,
+        rows: 0,
+        hold_ids: vec![],
+        actor: &caller(),
+        run_id: None,
+        detail: json!({ "consumer": consumer }),
+    }
+    .append()?;
+    Ok(())
+}
+
+/// Removes `consumer`'s registration on `policy`: it pins nothing from now on.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _unregister_consumer(policy: &str, consumer: &str) -> pgrx::JsonB {
+    outcome(unregister(policy, consumer))
+}
+
+/// What `retention.consumer_status` returns.
+#[derive(Serialize)]
+struct Status {
+    epoch: i64,
+    floor: Option<String>,
+    requires_bootstrap: bool,
+    lease_expires_at: String,
+    pinning: bool,
+}
+
+fn status(policy: &str, consumer: &str) -> Result<Status> {
+    let stream = Stream::of(policy)?;
+    stream.check_caller_reads()?;
+    let reg = Registration::read(stream.policy.id, consumer)?.ok_or_else(|| {
+        RetentionError::UnknownConsumer {
+            policy: policy.to_owned(),
+            consumer: consumer.to_owned(),
+        }
+    })?;
+    // Below the oldest row that survives, rows the consumer had not read may be gone.
+    let requires_bootstrap = match (&reg.position, stream.end("min")?) {
+        (Some(position), Some(oldest)) => stream.compare(position, &oldest)? == Ordering::Less,
+        _ => false,
+    };
+    Ok(Status {
+        epoch: reg.epoch,
+        floor: reg.position,
+        requires_bootstrap,
+        lease_expires_at: reg.expires_at,
+        pinning: reg.live,
+    })
+}
+
+/// A consumer's epoch, the position it pins from, whether it must bootstrap, and its lease.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _consumer_status(policy: &str, consumer: &str) -> pgrx::JsonB {
+    outcome(status(policy, consumer))
+}

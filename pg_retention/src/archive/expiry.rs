@@ -1,0 +1,94 @@
+//! Archives past their policy's `archive_keep` expire through the archiver's `expire plan`,
+//! `prepare` and `apply` (docs/archiver.md). Holds cover archived rows too: an archive whose
+//! rows match an active hold is not expired. The archiver reads each candidate's slice from
+//! the store and hands it here, where it is checked against the archive's record (its bytes
+//! are untrusted) and its rows are evaluated against the holds, each as its placer, like the
+//! rows of the table.
+
+use crate::catalog::{active_holds, Policy, RelationInfo, StoredArchive};
+use crate::engine::eligible::Eligibility;
+use crate::error::{outcome, Result, RetentionError};
+use crate::sql_text::ident;
+use pgrx::prelude::*;
+
+/// The ids of the active holds that match at least one row of archive `archive_id`, whose
+/// slice is `slice` and whose manifest names its columns `columns` (in frame order).
+fn holds_over(archive_id: i64, slice: &[u8], columns: &[String]) -> Result<Vec<i64>> {
+    let archive = StoredArchive::by_id(archive_id)?.ok_or_else(|| {
+        RetentionError::invalid(
+            format!("archive {archive_id} does not exist"),
+            "No such id in retention.archives.",
+            "Pass an id from retention.archives.",
+        )
+    })?;
+    let rows = pg_retention_format::verify_slice(
+        slice,
+        &archive.blake3,
+        archive.rows.max(0) as u64,
+        archive.bytes.max(0) as u64,
+    )
+    .map_err(|e| RetentionError::ArchiveMismatch {
+        batch: format!("of archive {archive_id}"),
+        reason: format!("the slice given is not the archived one: {e}"),
+    })?;
+    let policy = Policy::by_name(&archive.policy)?;
+    // The rows' own table, or the policy's when it is gone (a leaf dropped whole).
+    let table = if archive.relation_exists {
+        archive.relation
+    } else {
+        policy.relation
+    };
+    let rel = RelationInfo::load(table, &policy.relation_name)?;
+    let holds = active_holds(table)?;
+    if holds.is_empty() || rows.is_empty() {
+        return Ok(vec![]);
+    }
+    // Each row as a JSON array of its values' text (frame order); each column of the table
+    // now is cast from the value of the archived column of that name (its type's input
+    // function), NULL when the archive has no such column.
+    let mut values = Vec::with_capacity(rows.len());
+    for row in &rows {
+        if row.columns.len() != columns.len() {
+            return Err(RetentionError::ArchiveMismatch {
+                batch: format!("of archive {archive_id}"),
+                reason: format!(
+                    "a row has {} values, the manifest names {} columns",
+                    row.columns.len(),
+                    columns.len()
+                ),
+            });
+        }
+        values.push(serde_json::Value::from(row.columns.clone()));
+    }
+    let select: Vec<String> = rel
+        .columns
+        .iter()
+        .map(|c| match columns.iter().position(|a| *a == c.name) {
+            Some(i) => format!("(r->>{i})::{} AS {}", c.type_name, ident(&c.name)),
+            None => format!("NULL::{} AS {}", c.type_name, ident(&c.name)),
+        })
+        .collect();
+    let source = format!(
+        "SELECT {} FROM jsonb_array_elements($1) r",
+        select.join(", ")
+    );
+    let elig = Eligibility::new(&policy, &rel, &holds)?;
+    let counts = elig.hold_counts(
+        &source,
+        &format!("{}::oid", archive.relation),
+        &[pgrx::JsonB(serde_json::Value::Array(values)).into()],
+    )?;
+    Ok(counts
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(id, _)| id)
+        .collect())
+}
+
+/// The active holds that match rows of archive `archive_id` (given its slice, read from the
+/// store, and its manifest's column names): an archive they match does not expire.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _archive_holds(archive_id: i64, slice: &[u8], columns: Vec<String>) -> pgrx::JsonB {
+    outcome(holds_over(archive_id, slice, &columns))
+}
