@@ -205,6 +205,15 @@ pub fn failed(e: &Error) -> Exit {
     exit_for(e)
 }
 
+/// The name of the database `db` is connected to.
+async fn current_database(db: &Db) -> Result<String> {
+    Ok(db
+        .client()
+        .query_one("SELECT current_database()::text", &[])
+        .await?
+        .get(0))
+}
+
 /// A candidate archive as the database lists it.
 struct Candidate {
     policy: String,
@@ -273,11 +282,7 @@ async fn inventory(store: &Store, slice_key: &str, batch: &str) -> Result<Vec<Ob
 async fn build_plan(settings: &Settings, bounds: Bounds) -> Result<Plan> {
     let db = Db::connect(settings).await?;
     let store = Store::open(settings)?;
-    let database: String = db
-        .client()
-        .query_one("SELECT current_database()::text", &[])
-        .await?
-        .get(0);
+    let database = current_database(&db).await?;
     let mut policies: Vec<PolicyPlan> = Vec::new();
     let mut refused = Vec::new();
     let (mut objects, mut bytes, mut deferred) = (0u64, 0u64, 0u64);
@@ -424,11 +429,7 @@ pub async fn prepare(
     }
     let db = Db::connect(settings).await?;
     let store = Store::open(settings)?;
-    let database: String = db
-        .client()
-        .query_one("SELECT current_database()::text", &[])
-        .await?
-        .get(0);
+    let database = current_database(&db).await?;
     if database != plan.database {
         return Err(Error::Refusal(format!(
             "the plan is for database {}, this is {database}",

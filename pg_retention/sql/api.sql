@@ -319,6 +319,9 @@ DECLARE
     p record;
     st jsonb;
     n int := 0;
+    pace jsonb;
+    paused_at timestamptz;
+    reason text;
 BEGIN
     IF run.policy IS NOT NULL AND NOT EXISTS (SELECT 1 FROM retention.policies x WHERE x.name = run.policy) THEN
         RAISE EXCEPTION 'policy % does not exist', run.policy USING ERRCODE = '42704', HINT = 'See retention.policies.';
@@ -334,6 +337,23 @@ BEGIN
         WHILE NOT (st->>'done')::boolean LOOP
             st := retention._sweep_step_safe(st);
             COMMIT;
+            -- Pacing: wait between steps, outside their transactions, and ledger the pause.
+            IF NOT (st->>'done')::boolean THEN
+                pace := retention._pace(coalesce((st->>'step_wal_bytes')::bigint, 0));
+                IF (pace->>'pause')::float8 > 0 THEN
+                    paused_at := clock_timestamp();
+                    reason := pace->>'reason';
+                    LOOP
+                        PERFORM pg_sleep(least((pace->>'pause')::float8, 0.5));
+                        COMMIT;
+                        pace := retention._pace(0);
+                        EXIT WHEN (pace->>'pause')::float8 <= 0;
+                    END LOOP;
+                    PERFORM retention._ledger_pause(p.id, reason,
+                        extract(epoch FROM clock_timestamp() - paused_at)::float8, current_user::text);
+                END IF;
+                COMMIT;
+            END IF;
         END LOOP;
         st := retention._run_end(st, false);
         COMMIT;
@@ -389,8 +409,30 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         state = $1,
         current_policy = $2,
         next_wake = CASE WHEN $3 IS NULL THEN NULL ELSE clock_timestamp() + make_interval(secs => $3) END,
+        updated_at = clock_timestamp(),
+        paused_since = NULL,
+        pause_reason = NULL
+    WHERE w.database = current_database();
+$fn$;
+
+-- The worker's sweep of `policy` waits between steps (pacing), since the first call of a pause.
+CREATE FUNCTION retention._worker_pause(policy text, reason text) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    UPDATE retention.worker_state w SET
+        state = 'paused',
+        current_policy = $1,
+        paused_since = CASE WHEN w.state = 'paused' THEN w.paused_since ELSE clock_timestamp() END,
+        pause_reason = $2,
         updated_at = clock_timestamp()
     WHERE w.database = current_database();
+$fn$;
+
+-- Ledgers a pause of a sweep between two steps, once it is over: why and for how long.
+CREATE FUNCTION retention._ledger_pause(policy_id bigint, reason text, seconds float8, actor text)
+RETURNS void
+LANGUAGE sql STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._ledger_append('pause', actor,
+        jsonb_build_object('reason', reason, 'seconds', round(seconds::numeric, 3)), policy_id);
 $fn$;
 
 CREATE FUNCTION retention._worker_wake_pending() RETURNS boolean
@@ -498,6 +540,13 @@ BEGIN
                 r := array_append(r, ('last run failed: ' || coalesce((SELECT s.last_error FROM retention.stats s WHERE s.policy = p.name), 'error')));
             ELSIF last_run.outcome = 'cap' THEN
                 r := array_append(r, 'run cap hit in the last run');
+            END IF;
+            IF EXISTS (SELECT 1 FROM retention.worker_state w
+                        WHERE w.database = current_database() AND w.state = 'paused' AND w.current_policy = p.name
+                          AND w.paused_since < now() - 2 * naptime) THEN
+                r := array_append(r, (SELECT format('sweep paused for %s (%s), longer than the grace of two naptimes',
+                                                    date_trunc('second', clock_timestamp() - w.paused_since), w.pause_reason)
+                                        FROM retention.worker_state w WHERE w.database = current_database()));
             END IF;
             IF EXISTS (SELECT 1 FROM retention.ledger_entries l WHERE l.policy_id = p.id AND l.method = 'cycle_cap'
                         AND l.at > coalesce(last_run.at, '-infinity')) THEN
@@ -767,7 +816,8 @@ GRANT EXECUTE ON FUNCTION
     retention._run_order(text), retention._lock_key(bigint), retention._sweep_start(bigint, text, bigint),
     retention._sweep_step_safe(jsonb), retention._sweep_step(jsonb), retention._sweep_failed(jsonb, text, text),
     retention._sweep_finish(jsonb), retention._ledger_skip_locked(bigint, text),
-    retention._run_begin(bigint, text, bigint, boolean), retention._run_end(jsonb, boolean)
+    retention._run_begin(bigint, text, bigint, boolean), retention._run_end(jsonb, boolean),
+    retention._pace(bigint), retention._ledger_pause(bigint, text, float8, text)
     TO retention_admin;
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.report_position(text, text, bigint, text),

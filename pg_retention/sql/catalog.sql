@@ -127,7 +127,19 @@ CREATE TABLE retention.worker_state (
     last_cycle_end    timestamptz,
     next_wake         timestamptz,
     wake_requested_at timestamptz,
-    updated_at        timestamptz NOT NULL DEFAULT now()
+    updated_at        timestamptz NOT NULL DEFAULT now(),
+    -- While state = 'paused': since when the sweep of current_policy waits, and why
+    -- (replica_lag, wal_rate).
+    paused_since      timestamptz,
+    pause_reason      text
+);
+
+-- The token bucket of pg_retention.max_wal_rate, one row per database (engine/pacing.rs):
+-- state, not history, and not dumped.
+CREATE TABLE retention.wal_budget (
+    database    name PRIMARY KEY,
+    tokens      double precision NOT NULL,
+    refilled_at timestamptz NOT NULL
 );
 
 -- The append-only ledger of every destructive action and every reason one did not happen.

@@ -5,7 +5,9 @@
 -- retention_consumer role, and preview's pinned column; and archives that expire under the
 -- same governance: archive_keep on policies (policy_versions.archive_keep), the archive
 -- expirations index (retention.archive_expirations, retention.archives.expired_at) and the
--- functions the archiver's `expire` calls. No existing row changes. As before,
+-- functions the archiver's `expire` calls; and paced sweeps (pg_retention.max_replica_lag,
+-- max_wal_rate: retention.wal_budget, worker_state.paused_since and pause_reason, the
+-- ledger's pause entries in retention.stats). No existing row changes. As before,
 -- every view and function goes and is defined again below exactly as a fresh install defines
 -- it (scripts/assemble-upgrade), so an upgraded schema equals a fresh one (tests/tests/upgrade.rs).
 \echo Use "ALTER EXTENSION pg_retention UPDATE TO '0.5.0'" to load this file. \quit
@@ -47,6 +49,13 @@ CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.archive_expirati
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirations
     FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_expirations', '');
+
+ALTER TABLE retention.worker_state ADD COLUMN paused_since timestamptz, ADD COLUMN pause_reason text;
+CREATE TABLE retention.wal_budget (
+    database    name PRIMARY KEY,
+    tokens      double precision NOT NULL,
+    refilled_at timestamptz NOT NULL
+);
 
 DROP VIEW retention.workers, retention.stats, retention.ledger, retention.holds,
     retention.policy_history, retention.policies, retention.archives, retention.tables;
@@ -144,7 +153,9 @@ SELECT p.name AS policy,
             THEN err.message END AS last_error,
        coalesce(agg.skipped_locked, 0)::bigint AS skipped_locked,
        lastrun.backlog,
-       coalesce(agg.partitions_dropped_total, 0)::bigint AS partitions_dropped_total
+       coalesce(agg.partitions_dropped_total, 0)::bigint AS partitions_dropped_total,
+       coalesce(agg.pauses_total, 0)::bigint AS pauses_total,
+       coalesce(agg.paused_seconds_total, 0)::float8 AS paused_seconds_total
 FROM retention.policies p
 LEFT JOIN LATERAL (
     SELECT sum(l.rows) FILTER (WHERE l.method IN ('prune', 'drop_partition')) AS rows_pruned_total,
@@ -152,7 +163,9 @@ LEFT JOIN LATERAL (
            max(l.at) FILTER (WHERE l.method = 'run') AS last_run_at,
            max(l.at) FILTER (WHERE l.method = 'run' AND l.detail->>'outcome' = 'ok') AS last_success_at,
            count(*) FILTER (WHERE l.method = 'skip_locked') AS skipped_locked,
-           count(*) FILTER (WHERE l.method = 'drop_partition') AS partitions_dropped_total
+           count(*) FILTER (WHERE l.method = 'drop_partition') AS partitions_dropped_total,
+           count(*) FILTER (WHERE l.method = 'pause') AS pauses_total,
+           sum((l.detail->>'seconds')::float8) FILTER (WHERE l.method = 'pause') AS paused_seconds_total
     FROM retention.ledger_entries l WHERE l.policy_id = p.id
 ) agg ON true
 LEFT JOIN LATERAL (
@@ -179,7 +192,7 @@ GRANT SELECT ON retention.policies, retention.policy_history, retention.holds, r
 -- The background workers of this database, and whether each is running now.
 CREATE VIEW retention.workers AS
 SELECT w.database, w.pid, w.state, w.current_policy, w.started_at, w.last_cycle_start,
-       w.last_cycle_end, w.next_wake,
+       w.last_cycle_end, w.next_wake, w.paused_since, w.pause_reason,
        EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
                 WHERE a.pid = w.pid AND a.backend_type = 'pg_retention worker') AS running
 FROM retention.worker_state w;
@@ -452,6 +465,16 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_overdue_wrapper';
 
+-- pg_retention/src/api/sweep.rs:69
+-- pg_retention::api::sweep::_pace
+CREATE OR REPLACE FUNCTION "_pace"(
+	"wal_bytes" bigint /* i64 */
+) RETURNS jsonb /* pgrx :: JsonB */
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_pace_wrapper';
+
 -- pg_retention/src/api/hold.rs:51
 -- pg_retention::api::hold::_place_hold
 CREATE OR REPLACE FUNCTION "_place_hold"(
@@ -543,7 +566,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_set_policy_state_wrapper';
 
--- pg_retention/src/api/sweep.rs:61
+-- pg_retention/src/api/sweep.rs:79
 -- pg_retention::api::sweep::_sweep_failed
 CREATE OR REPLACE FUNCTION "_sweep_failed"(
 	"state" jsonb, /* pgrx :: JsonB */
@@ -555,7 +578,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_sweep_failed_wrapper';
 
--- pg_retention/src/api/sweep.rs:71
+-- pg_retention/src/api/sweep.rs:89
 -- pg_retention::api::sweep::_sweep_finish
 CREATE OR REPLACE FUNCTION "_sweep_finish"(
 	"state" jsonb /* pgrx :: JsonB */
@@ -565,7 +588,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_sweep_finish_wrapper';
 
--- pg_retention/src/api/sweep.rs:25
+-- pg_retention/src/api/sweep.rs:26
 -- pg_retention::api::sweep::_sweep_start
 CREATE OR REPLACE FUNCTION "_sweep_start"(
 	"policy_id" bigint, /* Option < i64 > */
@@ -577,7 +600,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_sweep_start_wrapper';
 
--- pg_retention/src/api/sweep.rs:50
+-- pg_retention/src/api/sweep.rs:51
 -- pg_retention::api::sweep::_sweep_step
 CREATE OR REPLACE FUNCTION "_sweep_step"(
 	"state" jsonb /* pgrx :: JsonB */
@@ -963,6 +986,9 @@ DECLARE
     p record;
     st jsonb;
     n int := 0;
+    pace jsonb;
+    paused_at timestamptz;
+    reason text;
 BEGIN
     IF run.policy IS NOT NULL AND NOT EXISTS (SELECT 1 FROM retention.policies x WHERE x.name = run.policy) THEN
         RAISE EXCEPTION 'policy % does not exist', run.policy USING ERRCODE = '42704', HINT = 'See retention.policies.';
@@ -978,6 +1004,23 @@ BEGIN
         WHILE NOT (st->>'done')::boolean LOOP
             st := retention._sweep_step_safe(st);
             COMMIT;
+            -- Pacing: wait between steps, outside their transactions, and ledger the pause.
+            IF NOT (st->>'done')::boolean THEN
+                pace := retention._pace(coalesce((st->>'step_wal_bytes')::bigint, 0));
+                IF (pace->>'pause')::float8 > 0 THEN
+                    paused_at := clock_timestamp();
+                    reason := pace->>'reason';
+                    LOOP
+                        PERFORM pg_sleep(least((pace->>'pause')::float8, 0.5));
+                        COMMIT;
+                        pace := retention._pace(0);
+                        EXIT WHEN (pace->>'pause')::float8 <= 0;
+                    END LOOP;
+                    PERFORM retention._ledger_pause(p.id, reason,
+                        extract(epoch FROM clock_timestamp() - paused_at)::float8, current_user::text);
+                END IF;
+                COMMIT;
+            END IF;
         END LOOP;
         st := retention._run_end(st, false);
         COMMIT;
@@ -1033,8 +1076,30 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         state = $1,
         current_policy = $2,
         next_wake = CASE WHEN $3 IS NULL THEN NULL ELSE clock_timestamp() + make_interval(secs => $3) END,
+        updated_at = clock_timestamp(),
+        paused_since = NULL,
+        pause_reason = NULL
+    WHERE w.database = current_database();
+$fn$;
+
+-- The worker's sweep of `policy` waits between steps (pacing), since the first call of a pause.
+CREATE OR REPLACE FUNCTION retention._worker_pause(policy text, reason text) RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    UPDATE retention.worker_state w SET
+        state = 'paused',
+        current_policy = $1,
+        paused_since = CASE WHEN w.state = 'paused' THEN w.paused_since ELSE clock_timestamp() END,
+        pause_reason = $2,
         updated_at = clock_timestamp()
     WHERE w.database = current_database();
+$fn$;
+
+-- Ledgers a pause of a sweep between two steps, once it is over: why and for how long.
+CREATE OR REPLACE FUNCTION retention._ledger_pause(policy_id bigint, reason text, seconds float8, actor text)
+RETURNS void
+LANGUAGE sql STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._ledger_append('pause', actor,
+        jsonb_build_object('reason', reason, 'seconds', round(seconds::numeric, 3)), policy_id);
 $fn$;
 
 CREATE OR REPLACE FUNCTION retention._worker_wake_pending() RETURNS boolean
@@ -1142,6 +1207,13 @@ BEGIN
                 r := array_append(r, ('last run failed: ' || coalesce((SELECT s.last_error FROM retention.stats s WHERE s.policy = p.name), 'error')));
             ELSIF last_run.outcome = 'cap' THEN
                 r := array_append(r, 'run cap hit in the last run');
+            END IF;
+            IF EXISTS (SELECT 1 FROM retention.worker_state w
+                        WHERE w.database = current_database() AND w.state = 'paused' AND w.current_policy = p.name
+                          AND w.paused_since < now() - 2 * naptime) THEN
+                r := array_append(r, (SELECT format('sweep paused for %s (%s), longer than the grace of two naptimes',
+                                                    date_trunc('second', clock_timestamp() - w.paused_since), w.pause_reason)
+                                        FROM retention.worker_state w WHERE w.database = current_database()));
             END IF;
             IF EXISTS (SELECT 1 FROM retention.ledger_entries l WHERE l.policy_id = p.id AND l.method = 'cycle_cap'
                         AND l.at > coalesce(last_run.at, '-infinity')) THEN
@@ -1411,7 +1483,8 @@ GRANT EXECUTE ON FUNCTION
     retention._run_order(text), retention._lock_key(bigint), retention._sweep_start(bigint, text, bigint),
     retention._sweep_step_safe(jsonb), retention._sweep_step(jsonb), retention._sweep_failed(jsonb, text, text),
     retention._sweep_finish(jsonb), retention._ledger_skip_locked(bigint, text),
-    retention._run_begin(bigint, text, bigint, boolean), retention._run_end(jsonb, boolean)
+    retention._run_begin(bigint, text, bigint, boolean), retention._run_end(jsonb, boolean),
+    retention._pace(bigint), retention._ledger_pause(bigint, text, float8, text)
     TO retention_admin;
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.report_position(text, text, bigint, text),

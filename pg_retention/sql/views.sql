@@ -42,7 +42,9 @@ SELECT p.name AS policy,
             THEN err.message END AS last_error,
        coalesce(agg.skipped_locked, 0)::bigint AS skipped_locked,
        lastrun.backlog,
-       coalesce(agg.partitions_dropped_total, 0)::bigint AS partitions_dropped_total
+       coalesce(agg.partitions_dropped_total, 0)::bigint AS partitions_dropped_total,
+       coalesce(agg.pauses_total, 0)::bigint AS pauses_total,
+       coalesce(agg.paused_seconds_total, 0)::float8 AS paused_seconds_total
 FROM retention.policies p
 LEFT JOIN LATERAL (
     SELECT sum(l.rows) FILTER (WHERE l.method IN ('prune', 'drop_partition')) AS rows_pruned_total,
@@ -50,7 +52,9 @@ LEFT JOIN LATERAL (
            max(l.at) FILTER (WHERE l.method = 'run') AS last_run_at,
            max(l.at) FILTER (WHERE l.method = 'run' AND l.detail->>'outcome' = 'ok') AS last_success_at,
            count(*) FILTER (WHERE l.method = 'skip_locked') AS skipped_locked,
-           count(*) FILTER (WHERE l.method = 'drop_partition') AS partitions_dropped_total
+           count(*) FILTER (WHERE l.method = 'drop_partition') AS partitions_dropped_total,
+           count(*) FILTER (WHERE l.method = 'pause') AS pauses_total,
+           sum((l.detail->>'seconds')::float8) FILTER (WHERE l.method = 'pause') AS paused_seconds_total
     FROM retention.ledger_entries l WHERE l.policy_id = p.id
 ) agg ON true
 LEFT JOIN LATERAL (
@@ -77,7 +81,7 @@ GRANT SELECT ON retention.policies, retention.policy_history, retention.holds, r
 -- The background workers of this database, and whether each is running now.
 CREATE VIEW retention.workers AS
 SELECT w.database, w.pid, w.state, w.current_policy, w.started_at, w.last_cycle_start,
-       w.last_cycle_end, w.next_wake,
+       w.last_cycle_end, w.next_wake, w.paused_since, w.pause_reason,
        EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
                 WHERE a.pid = w.pid AND a.backend_type = 'pg_retention worker') AS running
 FROM retention.worker_state w;

@@ -20,6 +20,12 @@ static MAX_ROWS_PER_CYCLE: GucSetting<i32> = GucSetting::<i32>::new(1_000_000);
 /// partition waits for its locks (the partitioned table's ACCESS EXCLUSIVE among them) before
 /// it gives up until the next run, so writers queue behind it for at most this long.
 static DROP_LOCK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(50);
+/// `pg_retention.max_replica_lag` (milliseconds, default 60000 = 1 min; 0 turns it off): a
+/// sweep pauses between steps while any streaming replica's replay lag exceeds it.
+static MAX_REPLICA_LAG_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
+/// `pg_retention.max_wal_rate` (kilobytes per second, default 0 = unlimited): the WAL the steps
+/// of all sweeps of a database may write, token-bucketed with a one-second burst.
+static MAX_WAL_RATE_KB: GucSetting<i32> = GucSetting::<i32>::new(0);
 /// `pg_retention.role` (role name, default empty = bootstrap superuser): the role the worker
 /// connects as.
 static ROLE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
@@ -82,6 +88,26 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::UNIT_MS,
     );
+    GucRegistry::define_int_guc(
+        c"pg_retention.max_replica_lag",
+        c"Sweeps pause between steps while a streaming replica's replay lags more than this.",
+        c"0 turns the check off. Pauses are ledgered (method pause) and shown in retention.workers.",
+        &MAX_REPLICA_LAG_MS,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_retention.max_wal_rate",
+        c"WAL per second the sweeps of a database may write (token bucket, one second of burst).",
+        c"0 means unlimited. Accepts units, e.g. '8MB' (per second).",
+        &MAX_WAL_RATE_KB,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_KB,
+    );
     GucRegistry::define_string_guc(
         c"pg_retention.role",
         c"Role the pg_retention worker acts as.",
@@ -131,6 +157,16 @@ pub fn max_rows_per_cycle() -> i64 {
 /// The lock timeout of a whole-partition drop, in milliseconds.
 pub fn drop_lock_timeout_ms() -> i32 {
     DROP_LOCK_TIMEOUT_MS.get()
+}
+
+/// The replay lag past which sweeps pause, in milliseconds (0: never).
+pub fn max_replica_lag_ms() -> i64 {
+    i64::from(MAX_REPLICA_LAG_MS.get())
+}
+
+/// The WAL rate of a database's sweeps in bytes per second (0: unlimited).
+pub fn max_wal_rate_bytes() -> i64 {
+    i64::from(MAX_WAL_RATE_KB.get()) * 1024
 }
 
 /// The role the worker acts as, if set.

@@ -65,6 +65,30 @@ impl Cluster {
         Cluster { dir, port }
     }
 
+    /// Starts a streaming replica of this cluster (`pg_basebackup`, hot standby, without
+    /// pg_retention preloaded; it reports its replay position every second).
+    pub fn standby(&self) -> Cluster {
+        let port = crate::ports::free_ports(1)[0];
+        let name = format!(
+            "standby-{}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst),
+            port
+        );
+        let dir = Path::new(SCRATCH).join(name);
+        crate::succeed(&mut fixture(
+            &[
+                "standby",
+                &self.dir.to_string_lossy(),
+                &self.port.to_string(),
+                &dir.to_string_lossy(),
+                &port.to_string(),
+            ],
+            &[],
+        ));
+        Cluster { dir, port }
+    }
+
     /// Connection string for a database of this cluster (TCP on loopback, superuser `postgres`).
     pub fn url(&self, db: &str) -> String {
         format!(

@@ -1149,15 +1149,21 @@ fn stream(db: &mut Client) {
     .unwrap();
 }
 
-/// (pinned, would_delete) of the stream policy's preview.
-fn pins(db: &mut Client) -> (i64, i64) {
+/// (eligible, pinned, would_delete) of a policy's preview.
+fn eligible_pinned_deleted(db: &mut Client, policy: &str) -> (i64, i64, i64) {
     let row = db
         .query_one(
-            "SELECT pinned, would_delete FROM retention.preview('stream')",
-            &[],
+            "SELECT eligible, pinned, would_delete FROM retention.preview($1)",
+            &[&policy],
         )
         .unwrap();
-    (row.get(0), row.get(1))
+    (row.get(0), row.get(1), row.get(2))
+}
+
+/// (pinned, would_delete) of the stream policy's preview.
+fn pins(db: &mut Client) -> (i64, i64) {
+    let (_, pinned, would_delete) = eligible_pinned_deleted(db, "stream");
+    (pinned, would_delete)
 }
 
 fn report(db: &mut Client, consumer: &str, epoch: i64, position: &str) -> String {
@@ -1384,39 +1390,71 @@ fn consumer_floors_pin_keep_latest_and_entity_groups() {
     )
     .unwrap();
     // keep_latest: 16 rows past the newest 2 per source, of which 1..8 are below the floor.
-    let row = db
-        .query_one(
-            "SELECT eligible, pinned, would_delete FROM retention.preview('runs')",
-            &[],
-        )
-        .unwrap();
-    assert_eq!(
-        (
-            row.get::<_, i64>(0),
-            row.get::<_, i64>(1),
-            row.get::<_, i64>(2)
-        ),
-        (16, 8, 8)
-    );
+    assert_eq!(eligible_pinned_deleted(&mut db, "runs"), (16, 8, 8));
     // entity: docs 0..13 (seq 1..70) expired; the group holding seq 33 (doc 6, seq 31..35) and
     // every later one stay whole.
-    let row = db
-        .query_one(
-            "SELECT eligible, pinned, would_delete FROM retention.preview('docs')",
-            &[],
-        )
-        .unwrap();
-    assert_eq!(
-        (
-            row.get::<_, i64>(0),
-            row.get::<_, i64>(1),
-            row.get::<_, i64>(2)
-        ),
-        (70, 40, 30)
-    );
+    assert_eq!(eligible_pinned_deleted(&mut db, "docs"), (70, 40, 30));
     db.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(scalar(&mut db, "SELECT min(seq) FROM runs"), 9);
     assert_eq!(scalar(&mut db, "SELECT count(*) FROM runs"), 12);
     assert_eq!(scalar(&mut db, "SELECT min(seq) FROM docs"), 31);
     assert_eq!(scalar(&mut db, "SELECT count(*) FROM docs"), 70);
+}
+
+#[test]
+fn max_wal_rate_paces_a_run_and_ledgers_its_pauses() {
+    let c = Cluster::start(&[
+        "pg_retention.max_wal_rate = '256kB'",
+        "pg_retention.max_replica_lag = 0",
+    ]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE feed (id bigserial PRIMARY KEY, at timestamptz NOT NULL, body text);
+         INSERT INTO feed (at, body) SELECT now() - interval '40 days', repeat('x', 100) FROM generate_series(1, 8000);
+         SELECT retention.add_policy(name => 'feed', relation => 'feed', kind => 'age', age_column => 'at',
+                older_than => '30 days', batch_size => 500);
+         CHECKPOINT;",
+    )
+    .unwrap();
+    let lsn_before: String = db
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .unwrap()
+        .get(0);
+    let started = std::time::Instant::now();
+    db.batch_execute("CALL retention.run('feed')").unwrap();
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM feed"), 0);
+    let wal: f64 = db
+        .query_one(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)::float8",
+            &[&lsn_before],
+        )
+        .unwrap()
+        .get(0);
+    // The budget allows a second of burst and then 256 kB a second; the last step is not paced
+    // (nothing follows it), so at least (WAL - burst - a step's WAL) / rate seconds passed.
+    let rate = 256.0 * 1024.0;
+    let floor = (wal - rate) / rate - 1.0;
+    assert!(
+        elapsed >= floor,
+        "{wal} bytes of WAL in {elapsed:.2} s at {rate} B/s (expected at least {floor:.2} s)"
+    );
+    let (pauses, seconds): (i64, f64) = {
+        let r = db
+            .query_one(
+                "SELECT count(*), coalesce(sum((detail->>'seconds')::float8), 0) FROM retention.ledger
+                  WHERE method = 'pause' AND detail->>'reason' = 'wal_rate'",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert!(pauses >= 1 && seconds > 0.0, "{pauses} pauses, {seconds} s");
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT pauses_total FROM retention.stats WHERE policy = 'feed'"
+        ),
+        pauses
+    );
 }

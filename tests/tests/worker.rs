@@ -517,3 +517,100 @@ fn pg_cron_alone_preloaded_runs_the_sweeps_on_schedule() {
         "and ledgered its run"
     );
 }
+
+#[test]
+fn a_sweep_waits_while_a_streaming_replica_lags_and_finishes_when_it_catches_up() {
+    let c = worker_cluster(&[
+        "pg_retention.naptime = '1s'",
+        "pg_retention.max_replica_lag = '300ms'",
+    ]);
+    let standby = c.standby();
+    let mut db = c.connect("postgres");
+    let mut replica = standby.connect("postgres");
+    let lagging = c.wait_until(WAIT, || {
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'",
+        ) == 1
+    });
+    assert!(
+        lagging,
+        "the standby did not connect; log:\n{}",
+        standby.log()
+    );
+    // Replay stops; the rows written next are the lag.
+    replica
+        .batch_execute("SELECT pg_wal_replay_pause()")
+        .unwrap();
+    db.batch_execute(
+        "CREATE TABLE feed (id bigserial PRIMARY KEY, at timestamptz NOT NULL);
+         INSERT INTO feed (at) SELECT now() - interval '40 days' FROM generate_series(1, 20000);",
+    )
+    .unwrap();
+    let lag_seen = c.wait_until(WAIT, || {
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM pg_stat_replication WHERE replay_lag > interval '1 second'",
+        ) == 1
+    });
+    assert!(lag_seen, "the replica's replay lag never showed");
+    db.batch_execute(
+        "SELECT retention.add_policy(name => 'feed', relation => 'feed', kind => 'age', age_column => 'at',
+                older_than => '30 days', batch_size => 1000)",
+    )
+    .unwrap();
+    let paused = c.wait_until(WAIT, || {
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.workers WHERE state = 'paused' AND pause_reason = 'replica_lag'
+                AND current_policy = 'feed'",
+        ) == 1
+    });
+    assert!(paused, "the sweep did not pause; log:\n{}", c.log());
+    let left = scalar(&mut db, "SELECT count(*) FROM feed");
+    assert!(left > 0, "paused before the end");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM feed"),
+        left,
+        "nothing deleted while paused"
+    );
+    // Paused longer than the grace (two naptimes): unhealthy, and says why.
+    let reasons: Vec<String> = db
+        .query_one(
+            "SELECT reasons FROM retention.health() WHERE policy = 'feed'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("sweep paused") && r.contains("replica_lag")),
+        "{reasons:?}"
+    );
+    // Replay resumes: the sweep goes on and finishes, and the pause is ledgered.
+    replica
+        .batch_execute("SELECT pg_wal_replay_resume()")
+        .unwrap();
+    let finished = c.wait_until(WAIT, || scalar(&mut db, "SELECT count(*) FROM feed") == 0);
+    assert!(finished, "the sweep did not finish after replay resumed");
+    let paused_for: f64 = db
+        .query_one(
+            "SELECT coalesce(max((detail->>'seconds')::float8), 0) FROM retention.ledger
+              WHERE method = 'pause' AND policy = 'feed' AND detail->>'reason' = 'replica_lag'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        paused_for >= 2.5,
+        "the pause was ledgered with its length: {paused_for}"
+    );
+    assert!(
+        scalar(
+            &mut db,
+            "SELECT pauses_total FROM retention.stats WHERE policy = 'feed'"
+        ) >= 1
+    );
+}

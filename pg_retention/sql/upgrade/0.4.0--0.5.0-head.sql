@@ -5,7 +5,9 @@
 -- retention_consumer role, and preview's pinned column; and archives that expire under the
 -- same governance: archive_keep on policies (policy_versions.archive_keep), the archive
 -- expirations index (retention.archive_expirations, retention.archives.expired_at) and the
--- functions the archiver's `expire` calls. No existing row changes. As before,
+-- functions the archiver's `expire` calls; and paced sweeps (pg_retention.max_replica_lag,
+-- max_wal_rate: retention.wal_budget, worker_state.paused_since and pause_reason, the
+-- ledger's pause entries in retention.stats). No existing row changes. As before,
 -- every view and function goes and is defined again below exactly as a fresh install defines
 -- it (scripts/assemble-upgrade), so an upgraded schema equals a fresh one (tests/tests/upgrade.rs).
 \echo Use "ALTER EXTENSION pg_retention UPDATE TO '0.5.0'" to load this file. \quit
@@ -47,6 +49,13 @@ CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.archive_expirati
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirations
     FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_expirations', '');
+
+ALTER TABLE retention.worker_state ADD COLUMN paused_since timestamptz, ADD COLUMN pause_reason text;
+CREATE TABLE retention.wal_budget (
+    database    name PRIMARY KEY,
+    tokens      double precision NOT NULL,
+    refilled_at timestamptz NOT NULL
+);
 
 DROP VIEW retention.workers, retention.stats, retention.ledger, retention.holds,
     retention.policy_history, retention.policies, retention.archives, retention.tables;

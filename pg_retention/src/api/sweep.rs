@@ -2,6 +2,7 @@
 //! step per transaction, failure, finish. State travels as jsonb between the calls.
 
 use crate::catalog::prepared;
+use crate::engine::pacing;
 use crate::engine::sweep::{self, SweepState};
 use crate::error::{required, OrReport, Result, RetentionError};
 use pgrx::prelude::*;
@@ -50,10 +51,27 @@ fn _sweep_start(
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _sweep_step(state: pgrx::JsonB) -> pgrx::JsonB {
+    let before = pacing::wal_written();
     prepared::commit_unflushed()
         .and_then(|()| decode(state))
         .and_then(sweep::step)
+        .map(|mut s| {
+            s.step_wal_bytes = pacing::wal_written() - before;
+            s
+        })
         .and_then(encode)
+        .or_report()
+}
+
+/// Whether the next step of a sweep must wait (`pause` seconds, then ask again with `wal_bytes`
+/// 0) and why, after charging the WAL the last step wrote to the database's budget:
+/// `{pause, reason, replica_lag_ms, wal_tokens}`.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _pace(wal_bytes: i64) -> pgrx::JsonB {
+    pacing::pace(wal_bytes)
+        .map_err(RetentionError::from)
+        .and_then(|p| Ok(pgrx::JsonB(serde_json::to_value(p)?)))
         .or_report()
 }
 

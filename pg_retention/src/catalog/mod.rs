@@ -1,7 +1,8 @@
 //! Reading and appending the catalog. Every `retention.*` table has one home here (and its DDL
 //! in `sql/catalog.sql` or `sql/archive.sql`): policies and their versions (`policy.rs`), holds
 //! and lifts (`hold.rs`), archive batches, their key sets and archive records (`batch.rs`), the
-//! ledger (`ledger.rs`), window links (`link.rs`), pull consumers (`consumer.rs`).
+//! ledger (`ledger.rs`), window links (`link.rs`), pull consumers (`consumer.rs`), the WAL
+//! budget of paced sweeps (`wal_budget.rs`).
 //! `relation.rs` describes governed tables from the system catalogs. The worker's state
 //! (`worker_state.rs`) is written through the worker's SQL functions in `sql/api.sql`.
 
@@ -14,6 +15,7 @@ pub mod partition;
 pub mod policy;
 pub mod prepared;
 pub mod relation;
+pub mod wal_budget;
 pub mod worker_state;
 
 pub use batch::{ArchiveRecord, Batch, BatchState, ClaimedRows, NewBatch, StoredArchive, Texts};

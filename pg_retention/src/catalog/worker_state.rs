@@ -13,6 +13,7 @@ pub enum WorkerState {
     Idle,
     /// In a cycle (with a policy: sweeping that policy).
     Sweeping,
+
     /// Stopped cleanly (SIGTERM, or the extension's worker was turned off).
     Stopped,
 }
@@ -42,6 +43,23 @@ pub fn record(
     Spi::run_with_args(
         "SELECT retention._worker_set($1, $2, $3)",
         &[state.as_str().into(), policy.into(), next_wake_secs.into()],
+    )
+}
+
+/// Records that the sweep of `policy` waits between steps, and why: state `paused` (set only
+/// here), with `paused_since` (the first call of a pause) and `pause_reason`.
+pub fn record_pause(policy: String, reason: String) -> Result<(), SpiError> {
+    Spi::run_with_args(
+        "SELECT retention._worker_pause($1, $2)",
+        &[policy.into(), reason.into()],
+    )
+}
+
+/// Ledgers a pause of the sweep of policy `policy_id` once it is over.
+pub fn ledger_pause(policy_id: i64, reason: String, seconds: f64) -> Result<(), SpiError> {
+    Spi::run_with_args(
+        "SELECT retention._ledger_pause($1, $2, $3, 'worker')",
+        &[policy_id.into(), reason.into(), seconds.into()],
     )
 }
 

@@ -96,6 +96,51 @@ fn is_done(state: &Value) -> bool {
     state.get("done").and_then(Value::as_bool).unwrap_or(true)
 }
 
+/// What `retention._pace` says of the next step: seconds to wait (0: go on) and why.
+fn pace_now(wal_bytes: i64) -> (f64, Option<String>) {
+    let answer = step("_pace", move || {
+        Spi::get_one_with_args::<pgrx::JsonB>("SELECT retention._pace($1)", &[wal_bytes.into()])
+    });
+    let Some(answer) = answer else {
+        // Pacing could not be read (logged): go on rather than stall the sweep on it.
+        return (0.0, None);
+    };
+    let pause = answer.get("pause").and_then(Value::as_f64).unwrap_or(0.0);
+    let reason = answer
+        .get("reason")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    (pause, reason)
+}
+
+/// Waits between two steps of the sweep of policy `id` for as long as pacing asks, visible in
+/// `retention.workers` meanwhile, and ledgers the pause. False when SIGTERM came meanwhile.
+fn pace(id: i64, name: &str, wal_bytes: i64) -> bool {
+    let (mut pause, reason) = pace_now(wal_bytes);
+    if pause <= 0.0 {
+        return true;
+    }
+    let reason = reason.unwrap_or_else(|| "pacing".into());
+    let started = Instant::now();
+    let (policy, why) = (name.to_owned(), reason.clone());
+    if let Err(e) = tx(move || worker_state::record_pause(policy, why)) {
+        warning!("pg_retention: could not record the pause: {e}");
+    }
+    while pause > 0.0 {
+        let waited = BackgroundWorker::wait_latch(Some(Duration::from_secs_f64(pause.min(1.0))));
+        if !waited || BackgroundWorker::sigterm_received() {
+            return false;
+        }
+        pause = pace_now(0).0;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    if let Err(e) = tx(move || worker_state::ledger_pause(id, reason, seconds)) {
+        warning!("pg_retention: could not ledger the pause: {e}");
+    }
+    set_state(WorkerState::Sweeping, Some(name), None);
+    true
+}
+
 /// Sweeps one policy (see `retention._run_begin` for the protocol `CALL retention.run()`
 /// shares); returns rows deleted, or None when the worker must stop.
 fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Option<i64> {
@@ -127,6 +172,19 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
                 state["done"] = json!(true);
                 state["outcome"] = json!("error");
                 state["reason"] = json!("a step's transaction failed; see the server log");
+                break;
+            }
+        }
+        if !is_done(&state) {
+            let wal = state
+                .get("step_wal_bytes")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if !pace(id, name, wal) {
+                stopping = true;
+                state["done"] = json!(true);
+                state["outcome"] = json!("stopped");
+                state["reason"] = json!("worker received SIGTERM while paused between batches");
                 break;
             }
         }

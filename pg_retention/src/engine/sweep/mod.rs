@@ -99,6 +99,9 @@ pub struct SweepState {
     /// Leaves dropped whole.
     #[serde(default)]
     pub dropped: i64,
+    /// WAL the last step wrote, in bytes: what pacing charges to the database's budget.
+    #[serde(default)]
+    pub step_wal_bytes: i64,
 }
 
 fn new_run_id() -> Result<String> {
@@ -146,6 +149,7 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         leaves: vec![],
         retire: false,
         dropped: 0,
+        step_wal_bytes: 0,
     };
     let Some(policy) = policy else {
         return Ok(state.stop(Outcome::Skipped, "policy no longer exists"));
