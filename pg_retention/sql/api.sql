@@ -57,7 +57,10 @@ CREATE FUNCTION retention.add_policy(
     max_rows_per_run bigint DEFAULT 1000000,
     keep_floor int DEFAULT NULL,
     window_floor interval DEFAULT NULL,
-    archive_keep interval DEFAULT NULL
+    archive_keep interval DEFAULT NULL,
+    lease_table regclass DEFAULT NULL,
+    lease_key text[] DEFAULT NULL,
+    lease_expiry text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -66,7 +69,8 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         'order_by', order_by, 'keep', keep, 'min_keep', min_keep, 'action', action,
         'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run,
         'keep_floor', keep_floor, 'window_floor', window_floor::text,
-        'archive_keep', archive_keep::text)))::bigint;
+        'archive_keep', archive_keep::text, 'lease_table', lease_table::oid::bigint,
+        'lease_key', lease_key, 'lease_expiry', lease_expiry)))::bigint;
 $fn$;
 
 CREATE FUNCTION retention.alter_policy(
@@ -85,7 +89,10 @@ CREATE FUNCTION retention.alter_policy(
     max_rows_per_run bigint DEFAULT NULL,
     keep_floor int DEFAULT NULL,
     window_floor interval DEFAULT NULL,
-    archive_keep interval DEFAULT NULL
+    archive_keep interval DEFAULT NULL,
+    lease_table regclass DEFAULT NULL,
+    lease_key text[] DEFAULT NULL,
+    lease_expiry text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -93,7 +100,8 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         'scope', scope, 'terminal', terminal, 'group_by', group_by, 'order_by', order_by,
         'keep', keep, 'min_keep', min_keep, 'action', action, 'batch_size', batch_size,
         'max_rows_per_run', max_rows_per_run, 'keep_floor', keep_floor,
-        'window_floor', window_floor::text, 'archive_keep', archive_keep::text)))::bigint;
+        'window_floor', window_floor::text, 'archive_keep', archive_keep::text,
+        'lease_table', lease_table::oid::bigint, 'lease_key', lease_key, 'lease_expiry', lease_expiry)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -804,8 +812,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA retention FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION retention.version() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

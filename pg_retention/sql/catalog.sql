@@ -37,7 +37,7 @@ CREATE TABLE retention.policy_versions (
     -- them again, so a policy finds its table (and its owner) in the restored database.
     relation         regclass NOT NULL,
     relation_name    text NOT NULL,
-    kind             text NOT NULL CHECK (kind IN ('age', 'keep_latest', 'versions', 'entity')),
+    kind             text NOT NULL CHECK (kind IN ('age', 'keep_latest', 'versions', 'entity', 'unreferenced', 'orphan')),
     age_column       text,
     older_than       interval,
     scope            text,
@@ -64,6 +64,11 @@ CREATE TABLE retention.policy_versions (
     -- How long an archive policy's archives are kept after they were made (NULL: forever);
     -- older ones expire through the archiver's expire plan/prepare/apply.
     archive_keep     interval,
+    -- orphan policies: the leases that own rows (table, this table's columns holding a lease's
+    -- primary key, the lease table's column saying until when it lives).
+    lease_table      regclass,
+    lease_key        text[],
+    lease_expiry     text,
     PRIMARY KEY (policy_id, version)
 );
 

@@ -5,7 +5,8 @@
 -- retention_consumer role, and preview's pinned column; and archives that expire under the
 -- same governance: archive_keep on policies (policy_versions.archive_keep), the archive
 -- expirations index (retention.archive_expirations, retention.archives.expired_at) and the
--- functions the archiver's `expire` calls; and paced sweeps (pg_retention.max_replica_lag,
+-- functions the archiver's `expire` calls; the kinds `unreferenced` and `orphan` (with
+-- lease_table, lease_key, lease_expiry); and paced sweeps (pg_retention.max_replica_lag,
 -- max_wal_rate: retention.wal_budget, worker_state.paused_since and pause_reason, the
 -- ledger's pause entries in retention.stats). No existing row changes. As before,
 -- every view and function goes and is defined again below exactly as a fresh install defines
@@ -37,7 +38,11 @@ CREATE SEQUENCE retention.consumer_epochs;
 SELECT pg_catalog.pg_extension_config_dump('retention.consumer_registrations', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.consumer_epochs', '');
 
-ALTER TABLE retention.policy_versions ADD COLUMN archive_keep interval;
+ALTER TABLE retention.policy_versions ADD COLUMN archive_keep interval,
+    ADD COLUMN lease_table regclass, ADD COLUMN lease_key text[], ADD COLUMN lease_expiry text;
+ALTER TABLE retention.policy_versions DROP CONSTRAINT policy_versions_kind_check,
+    ADD CONSTRAINT policy_versions_kind_check
+        CHECK (kind IN ('age', 'keep_latest', 'versions', 'entity', 'unreferenced', 'orphan'));
 
 CREATE TABLE retention.archive_expirations (
     archive_id   bigint PRIMARY KEY REFERENCES retention.archive_records (id),
@@ -115,7 +120,8 @@ CREATE VIEW retention.policies AS
 SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_column,
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
-       v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep
+       v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
+       v.lease_key, v.lease_expiry
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -127,7 +133,8 @@ CREATE VIEW retention.policy_history AS
 SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v.age_column,
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
-       v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep
+       v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
+       v.lease_key, v.lease_expiry
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -158,8 +165,8 @@ SELECT p.name AS policy,
        coalesce(agg.paused_seconds_total, 0)::float8 AS paused_seconds_total
 FROM retention.policies p
 LEFT JOIN LATERAL (
-    SELECT sum(l.rows) FILTER (WHERE l.method IN ('prune', 'drop_partition')) AS rows_pruned_total,
-           count(*) FILTER (WHERE l.method = 'prune') AS batches_total,
+    SELECT sum(l.rows) FILTER (WHERE l.method IN ('prune', 'orphan_sweep', 'drop_partition')) AS rows_pruned_total,
+           count(*) FILTER (WHERE l.method IN ('prune', 'orphan_sweep')) AS batches_total,
            max(l.at) FILTER (WHERE l.method = 'run') AS last_run_at,
            max(l.at) FILTER (WHERE l.method = 'run' AND l.detail->>'outcome' = 'ok') AS last_success_at,
            count(*) FILTER (WHERE l.method = 'skip_locked') AS skipped_locked,
@@ -724,7 +731,10 @@ CREATE OR REPLACE FUNCTION retention.add_policy(
     max_rows_per_run bigint DEFAULT 1000000,
     keep_floor int DEFAULT NULL,
     window_floor interval DEFAULT NULL,
-    archive_keep interval DEFAULT NULL
+    archive_keep interval DEFAULT NULL,
+    lease_table regclass DEFAULT NULL,
+    lease_key text[] DEFAULT NULL,
+    lease_expiry text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -733,7 +743,8 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         'order_by', order_by, 'keep', keep, 'min_keep', min_keep, 'action', action,
         'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run,
         'keep_floor', keep_floor, 'window_floor', window_floor::text,
-        'archive_keep', archive_keep::text)))::bigint;
+        'archive_keep', archive_keep::text, 'lease_table', lease_table::oid::bigint,
+        'lease_key', lease_key, 'lease_expiry', lease_expiry)))::bigint;
 $fn$;
 
 CREATE OR REPLACE FUNCTION retention.alter_policy(
@@ -752,7 +763,10 @@ CREATE OR REPLACE FUNCTION retention.alter_policy(
     max_rows_per_run bigint DEFAULT NULL,
     keep_floor int DEFAULT NULL,
     window_floor interval DEFAULT NULL,
-    archive_keep interval DEFAULT NULL
+    archive_keep interval DEFAULT NULL,
+    lease_table regclass DEFAULT NULL,
+    lease_key text[] DEFAULT NULL,
+    lease_expiry text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -760,7 +774,8 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         'scope', scope, 'terminal', terminal, 'group_by', group_by, 'order_by', order_by,
         'keep', keep, 'min_keep', min_keep, 'action', action, 'batch_size', batch_size,
         'max_rows_per_run', max_rows_per_run, 'keep_floor', keep_floor,
-        'window_floor', window_floor::text, 'archive_keep', archive_keep::text)))::bigint;
+        'window_floor', window_floor::text, 'archive_keep', archive_keep::text,
+        'lease_table', lease_table::oid::bigint, 'lease_key', lease_key, 'lease_expiry', lease_expiry)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -1471,8 +1486,8 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA retention FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION retention.version() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

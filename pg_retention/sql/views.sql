@@ -4,7 +4,8 @@ CREATE VIEW retention.policies AS
 SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_column,
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
-       v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep
+       v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
+       v.lease_key, v.lease_expiry
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -16,7 +17,8 @@ CREATE VIEW retention.policy_history AS
 SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v.age_column,
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
-       v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep
+       v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
+       v.lease_key, v.lease_expiry
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -47,8 +49,8 @@ SELECT p.name AS policy,
        coalesce(agg.paused_seconds_total, 0)::float8 AS paused_seconds_total
 FROM retention.policies p
 LEFT JOIN LATERAL (
-    SELECT sum(l.rows) FILTER (WHERE l.method IN ('prune', 'drop_partition')) AS rows_pruned_total,
-           count(*) FILTER (WHERE l.method = 'prune') AS batches_total,
+    SELECT sum(l.rows) FILTER (WHERE l.method IN ('prune', 'orphan_sweep', 'drop_partition')) AS rows_pruned_total,
+           count(*) FILTER (WHERE l.method IN ('prune', 'orphan_sweep')) AS batches_total,
            max(l.at) FILTER (WHERE l.method = 'run') AS last_run_at,
            max(l.at) FILTER (WHERE l.method = 'run' AND l.detail->>'outcome' = 'ok') AS last_success_at,
            count(*) FILTER (WHERE l.method = 'skip_locked') AS skipped_locked,

@@ -1458,3 +1458,165 @@ fn max_wal_rate_paces_a_run_and_ledgers_its_pauses() {
         pauses
     );
 }
+
+#[test]
+fn a_shared_chunk_goes_only_with_its_last_reference_and_the_ledger_records_the_check() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    // Chunk 1 is shared by both sources, chunk 2 used by src_a only, chunk 3 by nobody, chunk 4
+    // by nobody but still inside the grace.
+    db.batch_execute(
+        "CREATE TABLE chunks (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         CREATE TABLE src_a (id int PRIMARY KEY, chunk_id int NOT NULL REFERENCES chunks);
+         CREATE TABLE src_b (id int PRIMARY KEY, chunk_id int NOT NULL REFERENCES chunks ON DELETE RESTRICT);
+         INSERT INTO chunks VALUES (1, now() - interval '3 days'), (2, now() - interval '3 days'),
+                                   (3, now() - interval '3 days'), (4, now());
+         INSERT INTO src_a VALUES (1, 1), (2, 2);
+         INSERT INTO src_b VALUES (1, 1);
+         SELECT retention.add_policy(name => 'chunks', relation => 'chunks', kind => 'unreferenced',
+                age_column => 'created_at', older_than => '1 day');",
+    )
+    .unwrap();
+    let chunks = |db: &mut Client| -> Vec<i32> {
+        db.query("SELECT id FROM chunks ORDER BY id", &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let run = |db: &mut Client| db.batch_execute("CALL retention.run('chunks')").unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT would_delete FROM retention.preview('chunks')"
+        ),
+        1
+    );
+    run(&mut db);
+    assert_eq!(
+        chunks(&mut db),
+        vec![1, 2, 4],
+        "only the old unreferenced chunk went"
+    );
+    // One source expires its rows: the chunk only it used goes, the shared one stays.
+    db.batch_execute("DELETE FROM src_a").unwrap();
+    run(&mut db);
+    assert_eq!(chunks(&mut db), vec![1, 4]);
+    // Both did: the shared chunk goes too; the fresh one stays inside its grace.
+    db.batch_execute("DELETE FROM src_b").unwrap();
+    run(&mut db);
+    assert_eq!(chunks(&mut db), vec![4]);
+    let checked: Vec<String> = db
+        .query(
+            "SELECT DISTINCT jsonb_array_elements_text(detail->'references_checked') FROM retention.ledger
+              WHERE method = 'prune' AND policy = 'chunks' ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(checked, vec!["public.src_a", "public.src_b"]);
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'prune' AND policy = 'chunks'"
+        ),
+        3
+    );
+    // Refused: a table nothing references, and a key that would cascade.
+    db.batch_execute(
+        "CREATE TABLE lonely (id int PRIMARY KEY, at timestamptz NOT NULL);
+         CREATE TABLE blobs (id int PRIMARY KEY, at timestamptz NOT NULL);
+         CREATE TABLE users_of_blobs (id int PRIMARY KEY, blob int REFERENCES blobs ON DELETE CASCADE);",
+    )
+    .unwrap();
+    for (table, words) in [
+        ("lonely", "no foreign key references public.lonely"),
+        ("blobs", "does not refuse deletes"),
+    ] {
+        let (state, message) = expect_error(
+            &mut db,
+            &format!(
+                "SELECT retention.add_policy(name => '{table}', relation => '{table}', kind => 'unreferenced',
+                        age_column => 'at', older_than => '1 day')"
+            ),
+        );
+        assert_eq!(state, "22023", "{message}");
+        assert!(message.contains(words), "{message}");
+    }
+}
+
+#[test]
+fn the_orphan_kind_removes_only_dead_provisional_rows_past_the_ttl() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE sessions (id int PRIMARY KEY, expires_at timestamptz NOT NULL);
+         INSERT INTO sessions VALUES (1, now() + interval '1 hour'), (2, now() - interval '1 hour');
+         CREATE TABLE uploads (id int PRIMARY KEY, session_id int, state text NOT NULL, created_at timestamptz NOT NULL);
+         INSERT INTO uploads VALUES
+             (1, 1, 'provisional', now() - interval '3 hours'),  -- live lease: stays
+             (2, 2, 'provisional', now() - interval '3 hours'),  -- dead lease, past the TTL: goes
+             (3, 2, 'provisional', now()),                       -- dead lease, fresh: stays
+             (4, 2, 'committed',   now() - interval '3 hours'),  -- not provisional: stays
+             (5, 9, 'provisional', now() - interval '3 hours'),  -- no lease at all: goes
+             (6, NULL, 'provisional', now() - interval '3 hours'); -- owned by nothing: goes
+         SELECT retention.add_policy(name => 'orphans', relation => 'uploads', kind => 'orphan',
+                scope => $$state = 'provisional'$$, age_column => 'created_at', older_than => '1 hour',
+                lease_table => 'sessions', lease_key => ARRAY['session_id'], lease_expiry => 'expires_at');",
+    )
+    .unwrap();
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT would_delete FROM retention.preview('orphans')"
+        ),
+        3
+    );
+    db.batch_execute("CALL retention.run('orphans')").unwrap();
+    let left: Vec<i32> = db
+        .query("SELECT id FROM uploads ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(left, vec![1, 3, 4]);
+    assert_eq!(
+        count(&mut db, "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'orphan_sweep'"),
+        3
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT rows_pruned_total FROM retention.stats WHERE policy = 'orphans'"
+        ),
+        3
+    );
+    // The lease is checked when the rows are deleted: once session 1 ends, its upload goes.
+    db.batch_execute("UPDATE sessions SET expires_at = now() - interval '1 second' WHERE id = 1")
+        .unwrap();
+    db.batch_execute("CALL retention.run('orphans')").unwrap();
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM uploads WHERE id = 1"),
+        0
+    );
+    // Refusals: a lease key of the wrong arity, no provisional predicate, a lease on another kind.
+    for (sql, words) in [
+        ("kind => 'orphan', scope => 'true', age_column => 'created_at', older_than => '1 hour',
+          lease_table => 'sessions', lease_key => ARRAY['session_id', 'id'], lease_expiry => 'expires_at'",
+         "lease_key names 2 columns"),
+        ("kind => 'orphan', age_column => 'created_at', older_than => '1 hour',
+          lease_table => 'sessions', lease_key => ARRAY['session_id'], lease_expiry => 'expires_at'",
+         "orphan policies require scope"),
+        ("kind => 'age', age_column => 'created_at', older_than => '1 hour', lease_table => 'sessions'",
+         "apply to orphan policies"),
+    ] {
+        let (state, message) = expect_error(
+            &mut db,
+            &format!("SELECT retention.add_policy(name => 'x', relation => 'uploads', {sql})"),
+        );
+        assert_eq!(state, "22023", "{message}");
+        assert!(message.contains(words), "{message}");
+    }
+}

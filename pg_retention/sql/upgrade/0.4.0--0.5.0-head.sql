@@ -5,7 +5,8 @@
 -- retention_consumer role, and preview's pinned column; and archives that expire under the
 -- same governance: archive_keep on policies (policy_versions.archive_keep), the archive
 -- expirations index (retention.archive_expirations, retention.archives.expired_at) and the
--- functions the archiver's `expire` calls; and paced sweeps (pg_retention.max_replica_lag,
+-- functions the archiver's `expire` calls; the kinds `unreferenced` and `orphan` (with
+-- lease_table, lease_key, lease_expiry); and paced sweeps (pg_retention.max_replica_lag,
 -- max_wal_rate: retention.wal_budget, worker_state.paused_since and pause_reason, the
 -- ledger's pause entries in retention.stats). No existing row changes. As before,
 -- every view and function goes and is defined again below exactly as a fresh install defines
@@ -37,7 +38,11 @@ CREATE SEQUENCE retention.consumer_epochs;
 SELECT pg_catalog.pg_extension_config_dump('retention.consumer_registrations', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.consumer_epochs', '');
 
-ALTER TABLE retention.policy_versions ADD COLUMN archive_keep interval;
+ALTER TABLE retention.policy_versions ADD COLUMN archive_keep interval,
+    ADD COLUMN lease_table regclass, ADD COLUMN lease_key text[], ADD COLUMN lease_expiry text;
+ALTER TABLE retention.policy_versions DROP CONSTRAINT policy_versions_kind_check,
+    ADD CONSTRAINT policy_versions_kind_check
+        CHECK (kind IN ('age', 'keep_latest', 'versions', 'entity', 'unreferenced', 'orphan'));
 
 CREATE TABLE retention.archive_expirations (
     archive_id   bigint PRIMARY KEY REFERENCES retention.archive_records (id),

@@ -56,6 +56,8 @@ pub enum LedgerMethod {
     DropPartition,
     /// A whole-partition drop put off: its locks were not granted in time.
     DropSkipped,
+    /// A batch of orphaned provisional rows deleted (an `orphan` policy's prune).
+    OrphanSweep,
     /// A pull consumer registered (or registered again: a new epoch).
     ConsumerRegister,
     /// A pull consumer unregistered: it pins nothing any more.
@@ -80,6 +82,7 @@ impl LedgerMethod {
             LedgerMethod::LowerFloor => "lower_floor",
             LedgerMethod::DropPartition => "drop_partition",
             LedgerMethod::DropSkipped => "drop_skipped",
+            LedgerMethod::OrphanSweep => "orphan_sweep",
             LedgerMethod::ConsumerRegister => "consumer_register",
             LedgerMethod::ConsumerUnregister => "consumer_unregister",
         }

@@ -19,6 +19,11 @@ pub enum Kind {
     Versions,
     /// Whole groups go together when their newest row is older than the window.
     Entity,
+    /// Shared rows (chunks, blobs, dimension rows) go when no row of any table whose foreign
+    /// key references them does, and they are older than the window (a grace).
+    Unreferenced,
+    /// Provisional rows (the scope) older than the window (a TTL) whose owning lease is dead.
+    Orphan,
 }
 
 impl Kind {
@@ -29,9 +34,11 @@ impl Kind {
             "keep_latest" => Ok(Kind::KeepLatest),
             "versions" => Ok(Kind::Versions),
             "entity" => Ok(Kind::Entity),
+            "unreferenced" => Ok(Kind::Unreferenced),
+            "orphan" => Ok(Kind::Orphan),
             _ => Err(RetentionError::invalid(
                 format!("unknown policy kind \"{s}\""),
-                "kind must be one of age, keep_latest, versions, entity.",
+                "kind must be one of age, keep_latest, versions, entity, unreferenced, orphan.",
                 "Pick the kind that matches how rows of this table expire.",
             )),
         }
@@ -44,7 +51,16 @@ impl Kind {
             Kind::KeepLatest => "keep_latest",
             Kind::Versions => "versions",
             Kind::Entity => "entity",
+            Kind::Unreferenced => "unreferenced",
+            Kind::Orphan => "orphan",
         }
+    }
+
+    /// Whether rows of this kind expire one by one by their age (the statements, index walks
+    /// and block ranges of `age` sweeps serve them; `unreferenced` adds only its guard, which
+    /// every kind has).
+    pub fn by_age(self) -> bool {
+        matches!(self, Kind::Age | Kind::Unreferenced | Kind::Orphan)
     }
 }
 
@@ -197,6 +213,15 @@ pub struct PolicySpec {
     /// How long archives are kept (interval text; None: forever). Archive policies only.
     #[serde(default)]
     pub archive_keep: Option<String>,
+    /// For `orphan`: the table of the leases that own rows (oid).
+    #[serde(default)]
+    pub lease_table: Option<u32>,
+    /// For `orphan`: the columns of this table holding the owning lease's primary key.
+    #[serde(default)]
+    pub lease_key: Option<Vec<String>>,
+    /// For `orphan`: the lease table's column saying until when a lease lives.
+    #[serde(default)]
+    pub lease_expiry: Option<String>,
     /// Whether sweeps run it.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -234,7 +259,7 @@ impl std::ops::Deref for Policy {
 /// and the columns of `retention.policy_versions`. The statements below are built from this
 /// list; `a_policy_field_has_one_definition` fails when the SQL surface, the spec or the
 /// catalog disagree with it.
-pub const FIELDS: [(&str, &str); 15] = [
+pub const FIELDS: [(&str, &str); 18] = [
     ("kind", "text"),
     ("age_column", "text"),
     ("older_than", "interval"),
@@ -250,6 +275,9 @@ pub const FIELDS: [(&str, &str); 15] = [
     ("keep_floor", "integer"),
     ("window_floor", "interval"),
     ("archive_keep", "interval"),
+    ("lease_table", "regclass"),
+    ("lease_key", "text[]"),
+    ("lease_expiry", "text"),
 ];
 
 /// `v.<field>` for each field, as [`PolicySpec`] reads it (intervals as text).
@@ -258,6 +286,7 @@ fn field_selects() -> String {
         .iter()
         .map(|(name, ty)| match *ty {
             "interval" => format!("v.{name}::text AS {name}"),
+            "regclass" => format!("v.{name}::oid::bigint AS {name}"),
             _ => format!("v.{name}"),
         })
         .collect::<Vec<_>>()
@@ -501,6 +530,9 @@ mod tests {
             keep_floor: None,
             window_floor: None,
             archive_keep: None,
+            lease_table: None,
+            lease_key: None,
+            lease_expiry: None,
             enabled: true,
         };
         let keys: Vec<String> = serde_json::to_value(&spec)

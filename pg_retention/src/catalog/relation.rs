@@ -26,6 +26,18 @@ pub struct Reference {
     pub child_cols: Vec<String>,
     /// Referenced columns of this table, in the same order.
     pub parent_cols: Vec<String>,
+    /// What deleting a referenced row does (`pg_constraint.confdeltype`: `a` no action, `r`
+    /// restrict, `c` cascade, `n` set null, `d` set default).
+    #[serde(default)]
+    pub on_delete: String,
+}
+
+impl Reference {
+    /// Whether PostgreSQL itself refuses to delete a row this key references (NO ACTION,
+    /// RESTRICT), instead of changing or deleting the referencing rows.
+    pub fn refuses_delete(&self) -> bool {
+        matches!(self.on_delete.as_str(), "a" | "r")
+    }
 }
 
 /// A governed table.
@@ -70,7 +82,8 @@ SELECT jsonb_build_object(
                                          JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum),
                         'parent_cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord)
                                           FROM unnest(con.confkey) WITH ORDINALITY k(attnum, ord)
-                                          JOIN pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.attnum))
+                                          JOIN pg_attribute a ON a.attrelid = con.confrelid AND a.attnum = k.attnum),
+                        'on_delete', con.confdeltype::text)
                         ORDER BY con.oid), '[]')
                         FROM pg_constraint con
                        WHERE con.contype = 'f' AND con.conparentid = 0

@@ -86,6 +86,38 @@ impl Guards {
     };
 }
 
+/// For an `orphan` policy: the condition that the owning lease of row `t` is dead — no row of
+/// the lease table whose primary key equals the row's `lease_key` and whose `lease_expiry` is
+/// still ahead (read in the deleting statement, as the policy's owner).
+fn lease_dead(policy: &Policy) -> Result<String> {
+    let missing = |what: &str| {
+        RetentionError::Internal(format!("orphan policy {} has no {what}", policy.name))
+    };
+    let table = policy.lease_table.ok_or_else(|| missing("lease_table"))?;
+    let keys = policy
+        .lease_key
+        .as_ref()
+        .ok_or_else(|| missing("lease_key"))?;
+    let expiry = policy
+        .lease_expiry
+        .as_deref()
+        .ok_or_else(|| missing("lease_expiry"))?;
+    let lease = RelationInfo::load(table, &format!("lease table of policy {}", policy.name))?;
+    let lease_cols: Vec<String> = lease
+        .pk
+        .iter()
+        .map(|c| format!("__l.{}", ident(c)))
+        .collect();
+    let row_cols: Vec<String> = keys.iter().map(|c| format!("t.{}", ident(c))).collect();
+    Ok(format!(
+        "NOT EXISTS (SELECT 1 FROM {} __l WHERE ({}) = ({}) AND __l.{} > now())",
+        lease.all_rows(),
+        lease_cols.join(", "),
+        row_cols.join(", "),
+        ident(expiry),
+    ))
+}
+
 /// Builds eligibility SQL for one policy on one table with the holds in force.
 pub struct Eligibility<'a> {
     policy: &'a Policy,
@@ -102,12 +134,16 @@ pub struct Eligibility<'a> {
     /// The quoted order column and its type, for a policy pull consumers can pin (a delete
     /// policy with an `order_by`; see `api/consumer.rs`).
     stream: Option<(String, String)>,
+    /// For `orphan`: true when the row `t`'s owning lease is dead (no lease row with its key
+    /// lives now).
+    lease_dead: Option<String>,
 }
 
 /// The quoted age and order columns of `policy`, refusing a policy whose kind needs one it
 /// lacks (registration refuses those; a policy read back without them is corrupt).
 fn kind_columns(policy: &Policy) -> Result<(Option<String>, Option<String>)> {
-    let needs_age = matches!(policy.kind, Kind::Age | Kind::Entity)
+    let needs_age = policy.kind.by_age()
+        || policy.kind == Kind::Entity
         || (policy.kind == Kind::Versions && policy.older_than.is_some());
     let needs_order = matches!(policy.kind, Kind::KeepLatest | Kind::Versions);
     let missing = |what: &str| {
@@ -160,6 +196,10 @@ impl<'a> Eligibility<'a> {
             }
             _ => None,
         };
+        let lease_dead = match policy.kind {
+            Kind::Orphan => Some(lease_dead(policy)?),
+            _ => None,
+        };
         Ok(Eligibility {
             policy,
             rel,
@@ -170,6 +210,7 @@ impl<'a> Eligibility<'a> {
             order,
             leaf: None,
             stream,
+            lease_dead,
         })
     }
 
@@ -465,7 +506,7 @@ impl<'a> Eligibility<'a> {
     pub fn rows(&self, guards: Guards) -> String {
         let rel = self.rel_column();
         match self.kind {
-            Kind::Age => format!(
+            Kind::Age | Kind::Unreferenced | Kind::Orphan => format!(
                 "SELECT t.ctid AS __ctid, {rel}t.* FROM {from} t WHERE {}",
                 self.age_predicate(guards),
                 from = match self.leaf {
@@ -522,8 +563,9 @@ impl<'a> Eligibility<'a> {
     pub fn age_predicate(&self, guards: Guards) -> String {
         let cutoff = self.cutoff().unwrap_or_else(|| "'-infinity'".into());
         format!(
-            "{} AND {}",
+            "{} AND {} AND {}",
             age_condition(self.policy, self.age(), &cutoff),
+            self.lease_dead.as_deref().unwrap_or("true"),
             self.guard_filter(guards, "t", "t.tableoid"),
         )
     }

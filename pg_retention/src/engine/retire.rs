@@ -9,7 +9,7 @@
 //! plan, and for preview) and once more under a SHARE lock on the leaf, which keeps its rows
 //! as they are until the drop commits.
 
-use crate::catalog::{partition, Kind, Leaf, RelationInfo};
+use crate::catalog::{partition, Leaf, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::error::{present, Result, RetentionError};
 use crate::sql_text::literal;
@@ -55,7 +55,7 @@ pub fn whole_leaf(
     leaf: &Leaf,
 ) -> Result<Option<Proof>> {
     let policy = elig.policy();
-    if elig.kind() != Kind::Age
+    if !elig.kind().by_age()
         || !elig.partitioned()
         || leaf.default
         || leaf.delete_triggers

@@ -129,7 +129,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
     }
     let kind_name = kind.as_str();
     match kind {
-        Kind::Age | Kind::Entity => {
+        Kind::Age | Kind::Entity | Kind::Unreferenced | Kind::Orphan => {
             require(&spec.age_column, "age_column", kind_name)?;
             require(&spec.older_than, "older_than", kind_name)?;
             if kind == Kind::Entity {
@@ -181,15 +181,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         }
     }
     if let Some(age) = &spec.age_column {
-        let col = rel.column(age)?;
-        if !AGE_TYPES.contains(&col.type_name.as_str()) {
-            return Err(RetentionError::WrongType {
-                relation: rel.qualified.clone(),
-                column: age.clone(),
-                found: col.type_name.clone(),
-                expected: "timestamptz, timestamp or date".into(),
-            });
-        }
+        check_time_column(&rel, age)?;
     }
     if let Some(groups) = &spec.group_by {
         if groups.is_empty() {
@@ -216,6 +208,10 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         let in_writers_path = archive && !owns_table(caller_oid(), rel.oid)?;
         check_predicate(&rel, terminal, "terminal", caller_oid(), in_writers_path)?;
     }
+    if kind == Kind::Unreferenced {
+        check_references(&rel)?;
+    }
+    check_lease(spec, &rel)?;
     if spec.action == Action::ArchiveThenDelete && kind != Kind::Age {
         return Err(RetentionError::invalid(
             format!(
@@ -250,6 +246,100 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         ));
     }
     Ok(rel)
+}
+
+/// Refuses a column of `rel` that is not a point in time (an age or an expiry).
+fn check_time_column(rel: &RelationInfo, column: &str) -> Result<()> {
+    let col = rel.column(column)?;
+    if !AGE_TYPES.contains(&col.type_name.as_str()) {
+        return Err(RetentionError::WrongType {
+            relation: rel.qualified.clone(),
+            column: column.to_owned(),
+            found: col.type_name.clone(),
+            expected: "timestamptz, timestamp or date".into(),
+        });
+    }
+    Ok(())
+}
+
+/// An `orphan` policy names its provisional rows (`scope`) and their owning lease: a table the
+/// registering role may read, this table's columns holding a lease's primary key, and the lease
+/// table's expiry column. Other kinds name no lease.
+fn check_lease(spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
+    let given =
+        spec.lease_table.is_some() || spec.lease_key.is_some() || spec.lease_expiry.is_some();
+    if spec.kind != Kind::Orphan {
+        if given {
+            return Err(RetentionError::invalid(
+                "lease_table, lease_key and lease_expiry apply to orphan policies",
+                format!("kind is {}.", spec.kind),
+                "Drop them, or use kind => 'orphan'.",
+            ));
+        }
+        return Ok(());
+    }
+    require(&spec.scope, "scope (which rows are provisional)", "orphan")?;
+    require(&spec.lease_table, "lease_table", "orphan")?;
+    require(&spec.lease_key, "lease_key", "orphan")?;
+    require(&spec.lease_expiry, "lease_expiry", "orphan")?;
+    let (Some(table), Some(keys), Some(expiry)) =
+        (spec.lease_table, &spec.lease_key, &spec.lease_expiry)
+    else {
+        return Ok(());
+    };
+    let lease = RelationInfo::load(table, &format!("oid {table}"))?;
+    if lease.pk.is_empty() || lease.pk.len() != keys.len() {
+        return Err(RetentionError::invalid(
+            format!(
+                "lease_key names {} columns; the primary key of {} has {}",
+                keys.len(),
+                lease.qualified,
+                lease.pk.len()
+            ),
+            "A row's lease is the lease row whose primary key equals the row's lease_key columns, in order.",
+            "Name this table's columns that hold the lease's primary key, in its order.",
+        ));
+    }
+    for k in keys {
+        rel.column(k)?;
+    }
+    check_time_column(&lease, expiry)?;
+    let may_read = Spi::get_one_with_args::<bool>(
+        "SELECT pg_catalog.has_table_privilege($1::bigint::oid, $2::bigint::oid, 'SELECT')",
+        &[i64::from(caller_oid()).into(), i64::from(lease.oid).into()],
+    )?;
+    if may_read != Some(true) {
+        return Err(RetentionError::Privilege {
+            message: format!("permission denied to read the leases in {}", lease.qualified),
+            hint: "The policy reads the lease table with the privileges of the role that registers it; grant it SELECT.".into(),
+        });
+    }
+    Ok(())
+}
+
+/// An `unreferenced` policy needs foreign keys to reference its table (else nothing could ever
+/// reference its rows), each one that makes PostgreSQL refuse to delete a referenced row (NO
+/// ACTION or RESTRICT): a key that cascades or sets NULL would let a row referenced after the
+/// policy's check took its referencing rows with it.
+fn check_references(rel: &RelationInfo) -> Result<()> {
+    if rel.referenced_by.is_empty() {
+        return Err(RetentionError::invalid(
+            format!("no foreign key references {}", rel.qualified),
+            "An unreferenced policy deletes rows no other row references; without a foreign key to it, no reference can be checked.",
+            "Declare the foreign keys of the tables that reference it, or use kind => 'age'.",
+        ));
+    }
+    if let Some(r) = rel.referenced_by.iter().find(|r| !r.refuses_delete()) {
+        return Err(RetentionError::invalid(
+            format!(
+                "the foreign key from {} to {} does not refuse deletes",
+                r.child, rel.qualified
+            ),
+            "Its ON DELETE action changes or deletes referencing rows; a row referenced after the check would take them with it.",
+            "Declare it ON DELETE NO ACTION (the default) or RESTRICT.",
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a keep or min_keep below `keep_floor` and an older_than below `window_floor`.

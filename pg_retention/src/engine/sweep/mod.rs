@@ -194,7 +194,7 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         };
     }
     state.span = initial_span(rel.oid, policy.batch_size)?;
-    if policy.kind == Kind::Age && has_age_index(rel.oid, &policy)? {
+    if policy.kind.by_age() && has_age_index(rel.oid, &policy)? {
         state.age_from = Some("-infinity".into());
     }
     Ok(state)
@@ -211,8 +211,8 @@ fn begin_leaf(mut state: SweepState, policy: &Policy, oid: u32) -> Result<SweepS
         Err(e) => return Err(e),
     };
     state.age_from =
-        (policy.kind == Kind::Age && has_age_index(oid, policy)?).then(|| "-infinity".into());
-    state.retire = policy.kind == Kind::Age;
+        (policy.kind.by_age() && has_age_index(oid, policy)?).then(|| "-infinity".into());
+    state.retire = policy.kind.by_age();
     Ok(state)
 }
 
@@ -274,7 +274,7 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
     // An age step runs a statement planned once per run, with the cutoff as a parameter; the
     // other kinds and the checks below read the cutoff as a constant.
     let literal = || Eligibility::new(policy, rel, holds).map(|e| on(e, leaf));
-    let elig = if policy.kind == Kind::Age {
+    let elig = if policy.kind.by_age() {
         on(
             Eligibility::with_cutoff(policy, rel, holds, CUTOFF_PARAM)?,
             leaf,
@@ -298,7 +298,7 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
             END_BLOCK,
             elig.as_owner(|| run_step_sql(&entity_step(&elig, fence, state.lo, n, remaining)))?,
         ),
-        Kind::Age => {
+        Kind::Age | Kind::Unreferenced | Kind::Orphan => {
             let hi = state.lo.0.saturating_add(state.span).min(END_BLOCK);
             (
                 hi,
@@ -327,7 +327,7 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
         // The step filled up: continue right after its last planned row.
         (_, true, Some(last)) => state.lo = last,
         // A sparse block range: move past it and widen the next one.
-        (Kind::Age, _, _) => {
+        (Kind::Age | Kind::Unreferenced | Kind::Orphan, _, _) => {
             state.lo = (hi_block, 0);
             if result.planned < n / 2 {
                 state.span = (state.span * 2).min(MAX_SPAN);
@@ -470,8 +470,22 @@ fn record_prune(
     state.deleted += rows;
     state.steps += 1;
     detail["batch"] = json!(state.steps);
+    if ctx.policy.kind == Kind::Unreferenced {
+        // The decision: every row deleted was referenced by no row of these tables, checked
+        // in the deleting statement.
+        let checked: Vec<&str> = ctx
+            .rel
+            .referenced_by
+            .iter()
+            .map(|r| r.child.as_str())
+            .collect();
+        detail["references_checked"] = json!(checked);
+    }
     LedgerEntry {
-        method: LedgerMethod::Prune,
+        method: match ctx.policy.kind {
+            Kind::Orphan => LedgerMethod::OrphanSweep,
+            _ => LedgerMethod::Prune,
+        },
         policy: Some(&ctx.policy),
         relation: None,
         rows,
