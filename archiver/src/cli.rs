@@ -59,6 +59,17 @@ pub enum Command {
         #[command(subcommand)]
         step: ExpireStep,
     },
+    /// List objects under the store prefix that nothing references (no archive record, no live
+    /// batch) and that are older than --older-than; with --apply, delete exactly those.
+    SweepOrphans {
+        /// Only objects last modified at least this long ago (e.g. 7d, 12h).
+        #[arg(long)]
+        older_than: String,
+        /// Delete the listed objects (re-checked against the catalog first) and ledger it;
+        /// without it, only report.
+        #[arg(long)]
+        apply: bool,
+    },
     /// Load one slice into a fresh table with the source's column types.
     Restore {
         /// The slice key (or manifest key, or batch id).

@@ -12,6 +12,7 @@ mod fault;
 mod keys;
 mod metrics;
 mod ops;
+mod orphans;
 mod pipeline;
 mod runner;
 mod store;
@@ -67,6 +68,11 @@ async fn dispatch(cli: Cli, settings: Settings) -> Result<()> {
         }
         Command::Once { max_batches } => runner::once(settings, max_batches).await.map(|_| ()),
         Command::Ls => ops::ls(&settings).await,
+        Command::SweepOrphans { older_than, apply } => {
+            let age = humantime::parse_duration(&older_than)
+                .map_err(|e| Error::Config(format!("--older-than {older_than:?}: {e}")))?;
+            orphans::sweep(&settings, age, apply).await
+        }
         Command::Inspect { target } => ops::inspect(&settings, &target).await,
         Command::Verify { all, key } => match ops::verify(&settings, all, key.as_deref()).await? {
             0 => Ok(()),

@@ -291,6 +291,23 @@ impl Store {
         Ok(())
     }
 
+    /// Every object under the prefix: (key, size, last modified), sorted by key.
+    pub async fn objects(&self) -> Result<Vec<(String, u64, chrono::DateTime<chrono::Utc>)>> {
+        let prefix = if self.prefix.is_empty() {
+            None
+        } else {
+            Some(Path::from(self.prefix.as_str()))
+        };
+        let mut found: Vec<(String, u64, chrono::DateTime<chrono::Utc>)> = self
+            .inner
+            .list(prefix.as_ref())
+            .map_ok(|m| (self.relative(&m.location), m.size, m.last_modified))
+            .try_collect()
+            .await?;
+        found.sort();
+        Ok(found)
+    }
+
     /// Every manifest key under the prefix, sorted.
     pub async fn manifests(&self) -> Result<Vec<String>> {
         let prefix = if self.prefix.is_empty() {

@@ -1480,6 +1480,22 @@ BEGIN
 END
 $fn$;
 
+-- What the archiver's sweep-orphans must not touch: every archive record's slice key (its
+-- manifest beside it) and the ids of live batches (their objects are named after them).
+CREATE OR REPLACE FUNCTION retention.archive_object_refs(OUT archived text[], OUT live_batches text[])
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT ARRAY(SELECT a.object_key FROM retention.archive_records a ORDER BY 1),
+           ARRAY(SELECT b.id::text FROM retention.batches b WHERE b.state = 'claimed' ORDER BY 1)
+$fn$;
+
+-- Ledgers the objects sweep-orphans deleted.
+CREATE OR REPLACE FUNCTION retention.ledger_orphan_objects(objects bigint, bytes bigint, keys text[], actor text)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._ledger_append('orphan_object_sweep', actor,
+        jsonb_build_object('objects', objects, 'bytes', bytes, 'keys', to_jsonb(coalesce(keys, '{}'))), NULL)
+$fn$;
+
 -- Privileges: nothing to PUBLIC; administrators get the public surface; the internals stay
 -- with the owner except the sweep steps, which run() (SECURITY INVOKER, it commits) calls.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
@@ -1513,6 +1529,7 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
     retention.expiry_candidates(), retention.archive_holds(bigint, bytea, text[]),
     retention.expire_prepare(uuid, text, interval, bigint[], bigint, bigint, text, text),
     retention.expire_state(uuid), retention.expire_record(uuid, text, text[], jsonb, text),
+    retention.archive_object_refs(), retention.ledger_orphan_objects(bigint, bigint, text[], text),
     retention.health()
     TO retention_archiver;
 -- One scrape of the archiver shows the whole system.

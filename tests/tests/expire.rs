@@ -381,3 +381,85 @@ fn archives_expire_on_s3() {
         text(&o)
     );
 }
+
+/// Sets a file's modification time `ago` in the past.
+fn age_file(path: &Path, ago: std::time::Duration) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(std::time::SystemTime::now() - ago).unwrap();
+}
+
+#[test]
+fn sweep_orphans_reports_then_removes_only_unreferenced_old_objects() {
+    let c = Cluster::start(&[]);
+    let (mut db, a, store) = archived(&c);
+    let two_hours = std::time::Duration::from_secs(7200);
+    // A live batch: claimed, its object written, not pruned yet.
+    db.batch_execute("INSERT INTO audit VALUES (1000, 'closed', now() - interval '45 days', 'x')")
+        .unwrap();
+    let live: String = db
+        .query_one(
+            "SELECT retention.claim_batch('audit', 10, '1 hour', 'another-archiver')::text",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let first: String = db
+        .query_one(
+            "SELECT object_key FROM retention.archives ORDER BY id LIMIT 1",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let dir = store.join(&first).parent().unwrap().to_path_buf();
+    for name in [
+        format!("{live}.slice"),
+        "stray.slice".into(),
+        "stray.manifest.json".into(),
+        "fresh.slice".into(),
+    ] {
+        std::fs::write(dir.join(&name), b"debris").unwrap();
+    }
+    // Everything is old but the fresh object: only references keep the rest.
+    for (path, _) in snapshot(&store) {
+        if !path.ends_with("fresh.slice") {
+            age_file(&path, two_hours);
+        }
+    }
+    let before = snapshot(&store);
+    let o = a.run(&["sweep-orphans", "--older-than", "1h"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let listed: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("orphan\t"))
+        .map(|l| l.split('\t').next().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(listed.len(), 2, "{}", text(&o));
+    assert!(listed.iter().all(|k| k.contains("/stray.")), "{listed:?}");
+    assert_eq!(snapshot(&store), before, "a dry run deletes nothing");
+    let o = a.run(&["sweep-orphans", "--older-than", "1h", "--apply"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!dir.join("stray.slice").exists() && !dir.join("stray.manifest.json").exists());
+    assert!(
+        dir.join(format!("{live}.slice")).exists(),
+        "a live batch's object stays"
+    );
+    assert!(dir.join("fresh.slice").exists(), "a fresh object stays");
+    assert_eq!(
+        snapshot(&store).len(),
+        before.len() - 2,
+        "exactly the listed objects went"
+    );
+    let (objects, keys): (i64, i64) = {
+        let r = db
+            .query_one(
+                "SELECT (detail->>'objects')::bigint, jsonb_array_length(detail->'keys')::bigint
+                   FROM retention.ledger WHERE method = 'orphan_object_sweep'",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((objects, keys), (2, 2));
+    let o = a.run(&["verify", "--all"]);
+    assert!(o.status.success(), "{}", text(&o));
+}
