@@ -164,6 +164,9 @@ CREATE TABLE retention.ledger_entries (
     detail         jsonb NOT NULL DEFAULT '{}'
 );
 CREATE INDEX ledger_entries_policy ON retention.ledger_entries (policy_id, method, at);
+-- An archive expire operation is found by its id (retention.expire_state, expire_prepare).
+CREATE INDEX ledger_entries_expire_operation ON retention.ledger_entries ((detail->>'operation'))
+    WHERE method IN ('expire_prepare', 'expire_apply');
 
 
 CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.ledger_entries

@@ -56,6 +56,8 @@ CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirat
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_expirations', '');
 
 ALTER TABLE retention.worker_state ADD COLUMN paused_since timestamptz, ADD COLUMN pause_reason text;
+CREATE INDEX ledger_entries_expire_operation ON retention.ledger_entries ((detail->>'operation'))
+    WHERE method IN ('expire_prepare', 'expire_apply');
 CREATE TABLE retention.wal_budget (
     database    name PRIMARY KEY,
     tokens      double precision NOT NULL,
