@@ -369,7 +369,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_complete_batch_wrapper';
 
--- pg_retention/src/api/consumer.rs:272
+-- pg_retention/src/api/consumer.rs:268
 -- pg_retention::api::consumer::_consumer_status
 CREATE OR REPLACE FUNCTION "_consumer_status"(
 	"policy" TEXT, /* & str */
@@ -518,7 +518,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_preloaded_wrapper';
 
--- pg_retention/src/api/consumer.rs:151
+-- pg_retention/src/api/consumer.rs:155
 -- pg_retention::api::consumer::_register_consumer
 CREATE OR REPLACE FUNCTION "_register_consumer"(
 	"policy" TEXT, /* & str */
@@ -541,7 +541,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_release_batch_wrapper';
 
--- pg_retention/src/api/consumer.rs:203
+-- pg_retention/src/api/consumer.rs:207
 -- pg_retention::api::consumer::_report_position
 CREATE OR REPLACE FUNCTION "_report_position"(
 	"policy" TEXT, /* & str */
@@ -619,7 +619,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_sweep_step_wrapper';
 
--- pg_retention/src/api/consumer.rs:232
+-- pg_retention/src/api/consumer.rs:228
 -- pg_retention::api::consumer::_unregister_consumer
 CREATE OR REPLACE FUNCTION "_unregister_consumer"(
 	"policy" TEXT, /* & str */

@@ -51,6 +51,15 @@ impl Archiver {
         }
     }
 
+    /// An archiver for `database_url` writing to bucket `archive`, prefix `pg`, of the S3 server
+    /// at `endpoint` (a [`crate::Seaweed`]), with its credentials.
+    pub fn on_s3(database_url: &str, endpoint: &str) -> Archiver {
+        Archiver::new(database_url, "s3://archive/pg")
+            .with_env("PG_RETENTION_S3_ENDPOINT", endpoint)
+            .with_env("AWS_ACCESS_KEY_ID", crate::seaweed::ACCESS_KEY)
+            .with_env("AWS_SECRET_ACCESS_KEY", crate::seaweed::SECRET_KEY)
+    }
+
     /// Adds an environment variable.
     pub fn with_env(mut self, k: &str, v: &str) -> Archiver {
         self.env.push((k.into(), v.into()));

@@ -31,6 +31,19 @@ fn fixture(args: &[&str], conf: &[String]) -> Command {
     c
 }
 
+/// A free port and a directory under [`SCRATCH`] named after `kind`, this process, a sequence
+/// number and the port, for a new server.
+fn fresh(kind: &str) -> (PathBuf, u16) {
+    let port = crate::ports::free_ports(1)[0];
+    let name = format!(
+        "{kind}-{}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::SeqCst),
+        port
+    );
+    (Path::new(SCRATCH).join(name), port)
+}
+
 impl Cluster {
     /// Starts a cluster with pg_retention preloaded and `CREATE EXTENSION pg_retention` run in
     /// the `postgres` database. `settings` are extra `postgresql.conf` lines (`name = value`).
@@ -42,14 +55,7 @@ impl Cluster {
 
     /// Starts a cluster with pg_retention preloaded but the extension not yet created.
     pub fn start_bare(settings: &[&str]) -> Cluster {
-        let port = crate::ports::free_ports(1)[0];
-        let name = format!(
-            "cluster-{}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst),
-            port
-        );
-        let dir = Path::new(SCRATCH).join(name);
+        let (dir, port) = fresh("cluster");
         let mut conf = vec![
             "fsync = off".to_owned(),
             "synchronous_commit = off".to_owned(),
@@ -68,14 +74,7 @@ impl Cluster {
     /// Starts a streaming replica of this cluster (`pg_basebackup`, hot standby, without
     /// pg_retention preloaded; it reports its replay position every second).
     pub fn standby(&self) -> Cluster {
-        let port = crate::ports::free_ports(1)[0];
-        let name = format!(
-            "standby-{}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::SeqCst),
-            port
-        );
-        let dir = Path::new(SCRATCH).join(name);
+        let (dir, port) = fresh("standby");
         crate::succeed(&mut fixture(
             &[
                 "standby",

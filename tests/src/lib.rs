@@ -30,6 +30,16 @@ pub fn expect_error(db: &mut postgres::Client, sql: &str) -> (String, String) {
     }
 }
 
+/// A path under the system's temporary directory for one test's files, not used before:
+/// `prefix`, this process and a free port make it unique (it is not created).
+pub fn temp_dir(prefix: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        ports::free_ports(1)[0]
+    ))
+}
+
 /// A command running `program` as the postgres OS user (PostgreSQL refuses root).
 pub fn as_postgres(program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
     let mut c = std::process::Command::new("runuser");

@@ -67,11 +67,7 @@ fn assert_nothing_lost(db: &mut Client) {
 }
 
 fn file_store() -> (PathBuf, String) {
-    let dir = std::env::temp_dir().join(format!(
-        "pg-retention-archive-{}-{}",
-        std::process::id(),
-        pg_retention_integration::ports::free_ports(1)[0]
-    ));
+    let dir = pg_retention_integration::temp_dir("pg-retention-archive");
     let url = format!("file://{}", dir.display());
     (dir, url)
 }
@@ -142,10 +138,7 @@ fn archive_then_prune_restore_and_verify_on_the_file_store() {
 fn archive_then_prune_restore_and_verify_on_s3() {
     let c = Cluster::start(&[]);
     let s3 = Seaweed::start("archive");
-    let a = Archiver::new(&c.url("postgres"), "s3://archive/pg")
-        .with_env("PG_RETENTION_S3_ENDPOINT", &s3.endpoint())
-        .with_env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        .with_env("AWS_SECRET_ACCESS_KEY", SECRET_KEY);
+    let a = Archiver::on_s3(&c.url("postgres"), &s3.endpoint());
     round_trip(&c, &a);
 }
 
@@ -667,10 +660,7 @@ fn the_s3_server_stopped_mid_run_releases_the_batch_and_resumes_when_back() {
     let mut s3 = Seaweed::start("archive");
     let endpoint = s3.endpoint();
     let archiver = |retries: &str, budget: &str| {
-        Archiver::new(&c.url("postgres"), "s3://archive/pg")
-            .with_env("PG_RETENTION_S3_ENDPOINT", &endpoint)
-            .with_env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-            .with_env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        Archiver::on_s3(&c.url("postgres"), &endpoint)
             .with_env("PG_RETENTION_MAX_RETRIES", retries)
             .with_env("PG_RETENTION_RETRY_TIMEOUT", budget)
             .with_env("PG_RETENTION_REQUEST_TIMEOUT", "2s")

@@ -4,7 +4,6 @@
 //! the ledger and the tombstone, in a new process).
 
 use pg_retention_integration::archiver::{text, Archiver};
-use pg_retention_integration::seaweed::{ACCESS_KEY, SECRET_KEY};
 use pg_retention_integration::{scalar, Cluster, Seaweed};
 use postgres::Client;
 use std::collections::BTreeMap;
@@ -15,11 +14,7 @@ use std::process::Output;
 /// 300 closed audit rows, 40 to 60 days old, archived by `once` in three batches of 100 (ids
 /// 1-100, 101-200, 201-300) to a file store, under a policy whose archives are kept one second.
 fn archived(c: &Cluster) -> (Client, Archiver, PathBuf) {
-    let dir = std::env::temp_dir().join(format!(
-        "pg-retention-expire-{}-{}",
-        std::process::id(),
-        pg_retention_integration::ports::free_ports(1)[0]
-    ));
+    let dir = pg_retention_integration::temp_dir("pg-retention-expire");
     let a = Archiver::new(&c.url("postgres"), &format!("file://{}", dir.display()));
     (archived_by(c, &a), a, dir)
 }
@@ -141,11 +136,7 @@ fn planned_keys(plan: &serde_json::Value) -> Vec<String> {
 }
 
 fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "pg-retention-plans-{}-{}",
-        std::process::id(),
-        pg_retention_integration::ports::free_ports(1)[0]
-    ));
+    let d = pg_retention_integration::temp_dir("pg-retention-plans");
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -354,10 +345,7 @@ fn expire_apply_refuses_a_changed_inventory_and_retries_a_partial_delete_on_the_
 fn archives_expire_on_s3() {
     let c = Cluster::start(&[]);
     let s3 = Seaweed::start("archive");
-    let a = Archiver::new(&c.url("postgres"), "s3://archive/pg")
-        .with_env("PG_RETENTION_S3_ENDPOINT", &s3.endpoint())
-        .with_env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-        .with_env("AWS_SECRET_ACCESS_KEY", SECRET_KEY);
+    let a = Archiver::on_s3(&c.url("postgres"), &s3.endpoint());
     let mut db = archived_by(&c, &a);
     assert_eq!(a.slice_keys().len(), 3);
     let plans = scratch();

@@ -760,11 +760,7 @@ fn archive_partitioned(batch_rows: &str) -> (Vec<String>, i64) {
         "UPDATE events SET payload = 'changed' WHERE id = 200",
     );
     assert_eq!(code, "RT501", "{msg}");
-    let dir = std::env::temp_dir().join(format!(
-        "pg-retention-partitions-{}-{}",
-        std::process::id(),
-        pg_retention_integration::ports::free_ports(1)[0]
-    ));
+    let dir = pg_retention_integration::temp_dir("pg-retention-partitions");
     let a = Archiver::new(&c.url("postgres"), &format!("file://{}", dir.display()));
     let o = a.run(&["once", "--batch-rows", batch_rows]);
     assert!(o.status.success(), "{}", archiver::text(&o));

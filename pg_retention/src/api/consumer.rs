@@ -8,9 +8,10 @@
 use crate::api::hold::non_empty;
 use crate::catalog::consumer::Registration;
 use crate::catalog::{caller, caller_oid, Action, LedgerEntry, LedgerMethod, Policy, RelationInfo};
+use crate::engine::eligible::condition;
 use crate::engine::validate::interval_sign;
 use crate::error::{outcome, present, ReportRefusal, Result, RetentionError};
-use crate::sql_text::{ident, predicate};
+use crate::sql_text::ident;
 use pgrx::prelude::*;
 use serde::Serialize;
 use serde_json::json;
@@ -103,15 +104,25 @@ impl Stream {
         Ok(sign.cmp(&0))
     }
 
+    /// Ledgers a change of the policy's consumers, by the caller.
+    fn ledger(&self, method: LedgerMethod, detail: serde_json::Value) -> Result<()> {
+        LedgerEntry {
+            method,
+            policy: Some(&self.policy),
+            relation: None,
+            rows: 0,
+            hold_ids: vec![],
+            actor: &caller(),
+            run_id: None,
+            detail,
+        }
+        .append()
+    }
+
     /// The newest (`max`) or oldest (`min`) position among the rows the policy governs, read as
     /// the policy's owner (its scope is the owner's SQL); None when there are none.
     fn end(&self, aggregate: &str) -> Result<Option<String>> {
-        let scope = self
-            .policy
-            .scope
-            .as_deref()
-            .map(predicate)
-            .unwrap_or_else(|| "true".into());
+        let scope = condition(self.policy.scope.as_deref());
         // Only the aggregate in the subquery: the planner reads it from an index on the column.
         let sql = format!(
             "SELECT e::text FROM (SELECT {aggregate}(t.{order}) AS e FROM {rows} t WHERE {scope}) m",
@@ -133,17 +144,10 @@ fn register(policy: &str, consumer: &str, lease: &str) -> Result<i64> {
     }
     let stream = Stream::of(policy)?;
     let epoch = Registration::register(stream.policy.id, consumer, lease, caller_oid())?;
-    LedgerEntry {
-        method: LedgerMethod::ConsumerRegister,
-        policy: Some(&stream.policy),
-        relation: None,
-        rows: 0,
-        hold_ids: vec![],
-        actor: &caller(),
-        run_id: None,
-        detail: json!({ "consumer": consumer, "epoch": epoch, "lease": lease }),
-    }
-    .append()?;
+    stream.ledger(
+        LedgerMethod::ConsumerRegister,
+        json!({ "consumer": consumer, "epoch": epoch, "lease": lease }),
+    )?;
     Ok(epoch)
 }
 
@@ -214,18 +218,10 @@ fn unregister(policy: &str, consumer: &str) -> Result<()> {
             consumer: consumer.to_owned(),
         });
     }
-    LedgerEntry {
-        method: LedgerMethod::ConsumerUnregister,
-        policy: Some(&stream.policy),
-        relation: None,
-        rows: 0,
-        hold_ids: vec![],
-        actor: &caller(),
-        run_id: None,
-        detail: json!({ "consumer": consumer }),
-    }
-    .append()?;
-    Ok(())
+    stream.ledger(
+        LedgerMethod::ConsumerUnregister,
+        json!({ "consumer": consumer }),
+    )
 }
 
 /// Removes `consumer`'s registration on `policy`: it pins nothing from now on.

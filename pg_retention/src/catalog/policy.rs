@@ -57,8 +57,8 @@ impl Kind {
     }
 
     /// Whether rows of this kind expire one by one by their age (the statements, index walks
-    /// and block ranges of `age` sweeps serve them; `unreferenced` adds only its guard, which
-    /// every kind has).
+    /// and block ranges of `age` sweeps serve them: `unreferenced` needs only the reference
+    /// guard every kind has, `orphan` adds its lease condition to the row predicate).
     pub fn by_age(self) -> bool {
         matches!(self, Kind::Age | Kind::Unreferenced | Kind::Orphan)
     }

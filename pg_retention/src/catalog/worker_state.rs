@@ -13,7 +13,6 @@ pub enum WorkerState {
     Idle,
     /// In a cycle (with a policy: sweeping that policy).
     Sweeping,
-
     /// Stopped cleanly (SIGTERM, or the extension's worker was turned off).
     Stopped,
 }

@@ -31,7 +31,7 @@ fn cutoff_sql(window: &str) -> Result<String> {
 
 /// A user predicate as a condition (one wrapped expression whose NULL counts as false), or
 /// `true` when the policy has none.
-fn condition(user_predicate: Option<&str>) -> String {
+pub fn condition(user_predicate: Option<&str>) -> String {
     user_predicate
         .map(predicate)
         .unwrap_or_else(|| "true".into())

@@ -327,7 +327,7 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
         // The step filled up: continue right after its last planned row.
         (_, true, Some(last)) => state.lo = last,
         // A sparse block range: move past it and widen the next one.
-        (Kind::Age | Kind::Unreferenced | Kind::Orphan, _, _) => {
+        (kind, _, _) if kind.by_age() => {
             state.lo = (hi_block, 0);
             if result.planned < n / 2 {
                 state.span = (state.span * 2).min(MAX_SPAN);
