@@ -175,6 +175,112 @@ impl Db {
         }
     }
 
+    /// The open supersessions, oldest first, one per archive (`retention.open_supersessions`).
+    pub async fn open_supersessions(&self, max: i32) -> Result<Vec<crate::supersede::Open>> {
+        let rows = self
+            .client
+            .query(
+                "SELECT id, archive_id, state, object_key, blake3, rows, bytes, replaced_key, rewrite_key, expired
+                   FROM retention.open_supersessions($1)",
+                &[&max],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| crate::supersede::Open {
+                id: r.get(0),
+                archive_id: r.get(1),
+                state: r.get(2),
+                object_key: r.get(3),
+                blake3: r.get(4),
+                rows: r.get(5),
+                bytes: r.get(6),
+                replaced_key: r.get(7),
+                rewrite_key: r.get(8),
+                expired: r.get(9),
+            })
+            .collect())
+    }
+
+    /// The 0-based positions of the slice's rows that supersession `id`'s erasure matches.
+    pub async fn supersession_matches(
+        &self,
+        id: i64,
+        slice: &[u8],
+        columns: &[String],
+    ) -> Result<Vec<i32>> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT retention.supersession_matches($1, $2, $3)",
+                &[&id, &slice, &columns],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
+    /// Supersession `id` had nothing to rewrite.
+    pub async fn supersession_unaffected(&self, id: i64, reason: &str) -> Result<()> {
+        self.client
+            .execute(
+                "SELECT retention.supersession_unaffected($1, $2)",
+                &[&id, &reason],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Records supersession `id`'s verified rewrite.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn supersession_rewritten(
+        &self,
+        id: i64,
+        replaced_key: &str,
+        object_key: &str,
+        blake3: &str,
+        rows: u64,
+        bytes: u64,
+        supersedes: &str,
+    ) -> Result<()> {
+        let (rows, bytes) = (rows as i64, bytes as i64);
+        self.client
+            .execute(
+                "SELECT retention.supersession_rewritten($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    &id,
+                    &replaced_key,
+                    &object_key,
+                    &blake3,
+                    &rows,
+                    &bytes,
+                    &supersedes,
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Supersession `id`'s replaced objects are deleted.
+    pub async fn supersession_done(&self, id: i64, actor: &str) -> Result<()> {
+        self.client
+            .execute("SELECT retention.supersession_done($1, $2)", &[&id, &actor])
+            .await?;
+        Ok(())
+    }
+
+    /// What the index says of an object key: `("current" | "superseded", the archive's key
+    /// now)`, or None when no archive knows it.
+    pub async fn object_state(&self, key: &str) -> Result<Option<(String, String)>> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT state, current_key FROM retention.archive_object_state($1)",
+                &[&key],
+            )
+            .await?;
+        Ok(row.map(|r| (r.get(0), r.get(1))))
+    }
+
     /// The archive record of a batch, if it was completed.
     pub async fn archive_record(&self, batch: &str) -> Result<Option<ArchiveRecord>> {
         let row = self

@@ -25,6 +25,9 @@ pub enum Error {
     /// The extension refused to prune a batch.
     #[error("batch {batch} refused: {reason}")]
     Refused { batch: String, reason: String },
+    /// The slice asked for was superseded: an erasure rewrote it without the erased rows.
+    #[error("{key} is superseded by {by}: an erasure rewrote it without the erased rows; use the rewrite")]
+    Superseded { key: String, by: String },
     /// A restore target already has rows, or another operator-facing refusal.
     #[error("{0}")]
     Refusal(String),
@@ -47,7 +50,10 @@ impl Error {
             Error::Config(_) => 2,
             Error::Db(_) => 3,
             Error::Store(_) => 4,
-            Error::ForeignOccupant { .. } | Error::Verify { .. } | Error::Refused { .. } => 5,
+            Error::ForeignOccupant { .. }
+            | Error::Verify { .. }
+            | Error::Refused { .. }
+            | Error::Superseded { .. } => 5,
             _ => 1,
         }
     }

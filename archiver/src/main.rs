@@ -16,6 +16,7 @@ mod orphans;
 mod pipeline;
 mod runner;
 mod store;
+mod supersede;
 mod tls;
 
 use clap::Parser;

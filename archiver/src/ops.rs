@@ -82,10 +82,25 @@ pub async fn ls(settings: &Settings) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a slice an erasure superseded (the index says so; without a database there is no
+/// index to ask, and a rewritten slice's own manifest names what it supersedes).
+async fn refuse_superseded(db: &Db, key: &str) -> Result<()> {
+    match db.object_state(key).await? {
+        Some((state, by)) if state == "superseded" => Err(Error::Superseded {
+            key: key.to_owned(),
+            by,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// `inspect`: the manifest, pretty-printed.
 pub async fn inspect(settings: &Settings, target: &str) -> Result<()> {
     let store = Store::open(settings)?;
     let key = resolve_key(settings, &store, target).await?;
+    if settings.database_url.is_some() {
+        refuse_superseded(&Db::connect(settings).await?, &key).await?;
+    }
     let m = read_manifest(&store, &key).await?;
     println!("{}", serde_json::to_string_pretty(&m)?);
     Ok(())
@@ -114,7 +129,8 @@ pub async fn verify(settings: &Settings, all: bool, key: Option<&str>) -> Result
     for (i, key) in keys.iter().enumerate() {
         let verdict = verify_one(&store, db.as_ref(), key).await;
         match verdict {
-            Ok(note) => println!("ok\t{key}{note}"),
+            Ok(Verdict::Verified(note)) => println!("ok\t{key}{note}"),
+            Ok(Verdict::Superseded(by)) => println!("superseded\t{key}\tby {by}"),
             Err(e) => {
                 failures += 1;
                 println!("FAILED\t{key}\t{e}");
@@ -126,25 +142,44 @@ pub async fn verify(settings: &Settings, all: bool, key: Option<&str>) -> Result
     Ok(failures)
 }
 
-async fn verify_one(store: &Store, db: Option<&Db>, key: &str) -> Result<String> {
+/// What `verify` found of a slice that is intact.
+enum Verdict {
+    /// It is what the index records (or the index does not know it); a note for the listing.
+    Verified(String),
+    /// An erasure's rewrite replaced it (named); its deletion is pending.
+    Superseded(String),
+}
+
+async fn verify_one(store: &Store, db: Option<&Db>, key: &str) -> Result<Verdict> {
     let m = read_manifest(store, key).await?;
     let slice = store.get(key).await?;
     verify_slice(&slice, &m.blake3, m.rows, m.bytes).map_err(|e| Error::Verify {
         key: key.to_owned(),
         reason: e.to_string(),
     })?;
-    let Some(db) = db else {
-        return Ok(String::new());
+    let rewrite = match &m.supersedes {
+        Some(digest) => format!("\t(rewritten by an erasure; supersedes manifest {digest})"),
+        None => String::new(),
     };
+    let Some(db) = db else {
+        return Ok(Verdict::Verified(rewrite));
+    };
+    if let Some((state, by)) = db.object_state(key).await? {
+        if state == "superseded" {
+            return Ok(Verdict::Superseded(by));
+        }
+    }
     match db.archive_record(&m.batch).await? {
-        None => Ok("\t(not in retention.archives: written but never pruned)".into()),
+        None => Ok(Verdict::Verified(
+            "\t(not in retention.archives: written but never pruned)".into(),
+        )),
         Some(r)
             if r.blake3 == m.blake3
                 && r.rows as u64 == m.rows
                 && r.bytes as u64 == m.bytes
                 && r.object_key == key =>
         {
-            Ok(String::new())
+            Ok(Verdict::Verified(rewrite))
         }
         Some(r) => Err(Error::Verify {
             key: key.to_owned(),
@@ -238,6 +273,8 @@ fn copy_value(v: &Option<String>) -> String {
 pub async fn restore(settings: &Settings, target: &str, into: &str) -> Result<u64> {
     let store = Store::open(settings)?;
     let key = resolve_key(settings, &store, target).await?;
+    let db = Db::connect(settings).await?;
+    refuse_superseded(&db, &key).await?;
     let m = read_manifest(&store, &key).await?;
     let slice = store.get(&key).await?;
     let rows: Vec<Row> =
@@ -247,7 +284,6 @@ pub async fn restore(settings: &Settings, target: &str, into: &str) -> Result<u6
         })?;
     let table = quote_target(into)?;
     check_names(&m.columns)?;
-    let db = Db::connect(settings).await?;
     let client = db.client();
     check_types(client, &m.columns).await?;
     client

@@ -62,11 +62,14 @@ struct Pass {
     failures: Vec<Error>,
     /// `go_on` said stop before the pass was over.
     stopped: bool,
+    /// Supersessions finished before claiming.
+    superseded: crate::supersede::Superseded,
 }
 
-/// One pass: each policy claims its next batch while the batch in flight (of whichever policy)
-/// is pruned. `go_on` is asked before each policy with the batches claimed so far; with
-/// `stop_at_failure` the pass ends at the first failed batch.
+/// One pass: first the open supersessions (an erasure outranks archiving more), then each
+/// policy claims its next batch while the batch in flight (of whichever policy) is pruned.
+/// `go_on` is asked before each policy with the batches claimed so far; with `stop_at_failure`
+/// the pass ends at the first failure.
 async fn pass(
     ctx: &Context,
     in_flight: &mut Option<Verified>,
@@ -74,6 +77,15 @@ async fn pass(
     stop_at_failure: bool,
 ) -> Pass {
     let mut p = Pass::default();
+    match crate::supersede::pass(ctx).await {
+        Ok(done) => p.superseded = done,
+        Err(e) => {
+            p.failures.push(e);
+            if stop_at_failure {
+                return p;
+            }
+        }
+    }
     let list = match policies(ctx).await {
         Ok(list) => list,
         Err(e) => {
@@ -116,6 +128,7 @@ pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
     let ctx = context(settings).await?;
     let mut done = 0u64;
     let mut started = 0u64;
+    let mut rewritten = 0u64;
     let mut in_flight: Option<Verified> = None;
     let mut first_error: Option<Error> = loop {
         let p = pass(
@@ -127,6 +140,7 @@ pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
         .await;
         done += p.pruned;
         started += p.claimed;
+        rewritten += p.superseded.rewritten;
         let failure = p.listing.or_else(|| p.failures.into_iter().next());
         if failure.is_some() || p.stopped || !p.progressed {
             break failure;
@@ -143,7 +157,11 @@ pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
     if let Some(e) = first_error {
         return Err(e);
     }
-    tracing::info!(batches = done, "nothing more to archive");
+    tracing::info!(
+        batches = done,
+        slices_rewritten = rewritten,
+        "nothing more to archive"
+    );
     Ok(done)
 }
 

@@ -708,10 +708,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
     SELECT p.name, p.version, p.archive_keep, a.id, a.batch, a.object_key, a.rows, a.bytes, a.archived_at
       FROM retention.policies p
       JOIN retention.batches b ON b.policy_id = p.id
-      JOIN retention.archive_records a ON a.batch = b.id
+      JOIN retention.archives a ON a.batch = b.id
      WHERE p.action = 'archive_then_delete' AND p.archive_keep IS NOT NULL
        AND a.archived_at < now() - p.archive_keep
-       AND NOT EXISTS (SELECT 1 FROM retention.archive_expirations x WHERE x.archive_id = a.id)
+       AND a.expired_at IS NULL
      ORDER BY p.name, a.id
 $fn$;
 
@@ -806,12 +806,135 @@ BEGIN
 END
 $fn$;
 
--- What the archiver's sweep-orphans must not touch: every archive record's slice key (its
--- manifest beside it) and the ids of live batches (their objects are named after them).
+-- What the archiver's sweep-orphans must not touch: every archive's slice key now and as
+-- first recorded, the keys a rewrite replaced until they are deleted, the keys an open
+-- supersession writes (retention._rewrite_key; each manifest beside its slice), and the ids
+-- of live batches (their objects are named after them).
 CREATE FUNCTION retention.archive_object_refs(OUT archived text[], OUT live_batches text[])
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT ARRAY(SELECT a.object_key FROM retention.archive_records a ORDER BY 1),
+    SELECT ARRAY(SELECT a.object_key FROM retention.archives a
+                 UNION SELECT a.object_key FROM retention.archive_records a
+                 UNION SELECT s.replaced_key FROM retention.supersessions s WHERE s.state = 'rewritten'
+                 UNION SELECT retention._rewrite_key(a.object_key, s.id)
+                         FROM retention.supersessions s JOIN retention.archive_records a ON a.id = s.archive_id
+                        WHERE s.state = 'pending'
+                 ORDER BY 1),
            ARRAY(SELECT b.id::text FROM retention.batches b WHERE b.state = 'claimed' ORDER BY 1)
+$fn$;
+
+-- ---- Erasure (api/erasure.rs, engine/erase.rs) and archive supersession (archive/supersede.rs;
+-- the archiver's archiver/src/supersede.rs). ----
+
+-- Deletes the rows of `relation` that match `predicate` now, whatever policies and holds say,
+-- in statements of at most 10,000 rows, in the caller's transaction; archives with rows of the
+-- table get a pending supersession. Returns the rows deleted.
+CREATE FUNCTION retention.erase(relation regclass, predicate text, request_ref text, actor text)
+RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT (retention._result(retention._erase(relation::oid, predicate, request_ref, actor, NULL))->>'deleted')::bigint $fn$;
+
+-- One step of erase_in_batches: at most batch_rows rows; {deleted, done}.
+CREATE FUNCTION retention._erase_step(relation regclass, predicate text, request_ref text, actor text,
+                                      batch_rows int)
+RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT retention._result(retention._erase(relation::oid, predicate, request_ref, actor, batch_rows)) $fn$;
+
+-- erase() for large sets: each batch of at most batch_rows rows commits with its ledger entry.
+-- A failure leaves the batches before it erased and ledgered; calling again goes on.
+CREATE PROCEDURE retention.erase_in_batches(relation regclass, predicate text, request_ref text,
+                                            actor text, batch_rows int DEFAULT 10000,
+                                            INOUT erased bigint DEFAULT NULL)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    st jsonb;
+BEGIN
+    erased := 0;
+    LOOP
+        st := retention._erase_step(erase_in_batches.relation, erase_in_batches.predicate,
+                                    erase_in_batches.request_ref, erase_in_batches.actor,
+                                    erase_in_batches.batch_rows);
+        erased := erased + (st->>'deleted')::bigint;
+        COMMIT;
+        EXIT WHEN (st->>'done')::boolean;
+    END LOOP;
+END
+$fn$;
+
+-- The key a supersession writes the rewritten slice under: the original's, marked with the
+-- supersession (create-only, so a retry after a crash finds its own bytes there).
+CREATE FUNCTION retention._rewrite_key(original text, supersession bigint) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT regexp_replace(original, '\.slice$', '') || '.s' || supersession || '.slice'
+$fn$;
+
+-- The open supersessions, oldest first, one per archive (an archive's supersessions run in id
+-- order): pending ones with the archive's object now, rewritten ones with the key to delete.
+CREATE FUNCTION retention.open_supersessions(max int DEFAULT 100)
+RETURNS TABLE (id bigint, archive_id bigint, state text, request_ref text, object_key text,
+               blake3 text, rows bigint, bytes bigint, replaced_key text, rewrite_key text,
+               requested_at text, expired boolean)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT s.id, s.archive_id, s.state, s.request_ref, a.object_key, a.blake3, a.rows, a.bytes,
+           s.replaced_key, retention._rewrite_key(a.original_key, s.id),
+           to_char(s.requested_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           a.expired_at IS NOT NULL
+      FROM retention.supersessions s
+      JOIN retention.archives a ON a.id = s.archive_id
+     WHERE s.state IN ('pending', 'rewritten')
+       AND NOT EXISTS (SELECT 1 FROM retention.supersessions o
+                        WHERE o.archive_id = s.archive_id AND o.state IN ('pending', 'rewritten')
+                          AND o.id < s.id)
+     ORDER BY s.id
+     LIMIT greatest(max, 0)
+$fn$;
+
+-- The 0-based positions of the slice's rows that the supersession's erasure matches, its
+-- predicate evaluated as its author (the slice is checked against the archive's object first).
+CREATE FUNCTION retention.supersession_matches(supersession bigint, slice bytea, columns text[])
+RETURNS int[]
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT ARRAY(SELECT jsonb_array_elements_text(
+        retention._result(retention._supersession_matches(supersession, slice, columns)))::int)
+$fn$;
+
+-- A pending supersession with nothing to rewrite.
+CREATE FUNCTION retention.supersession_unaffected(supersession bigint, reason text) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._result(retention._supersession_unaffected(supersession, reason))::boolean
+$fn$;
+
+-- Records the verified rewrite of a pending supersession: it is the archive's object from now
+-- on. False when it was recorded already (by this archiver before a crash, or another).
+CREATE FUNCTION retention.supersession_rewritten(supersession bigint, replaced_key text, object_key text,
+                                                 blake3 text, rows bigint, bytes bigint, supersedes text)
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._result(retention._supersession_rewritten(supersession, replaced_key, object_key,
+                                                               blake3, rows, bytes, supersedes))::boolean
+$fn$;
+
+-- The replaced objects are deleted: the supersession is done, and ledgered. False when it
+-- was done already.
+CREATE FUNCTION retention.supersession_done(supersession bigint, actor text) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._result(retention._supersession_done(supersession, actor))::boolean
+$fn$;
+
+-- What the index says of an object key (a slice's or its manifest's): 'current' (an archive's
+-- object now) or 'superseded' (a rewrite replaced it), with the archive's key now; no row when
+-- no archive knows it.
+CREATE FUNCTION retention.archive_object_state(key text, OUT state text, OUT current_key text)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    WITH k(slice) AS (SELECT regexp_replace(key, '\.manifest\.json$', '.slice'))
+    SELECT CASE WHEN a.object_key = k.slice THEN 'current' ELSE 'superseded' END, a.object_key
+      FROM retention.archives a, k
+     WHERE a.object_key = k.slice OR a.original_key = k.slice
+        OR EXISTS (SELECT 1 FROM retention.supersessions s
+                    WHERE s.archive_id = a.id AND s.replaced_key = k.slice
+                      AND s.state IN ('rewritten', 'done'))
+     LIMIT 1
 $fn$;
 
 -- Ledgers the objects sweep-orphans deleted.
@@ -856,8 +979,18 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
     retention.expire_prepare(uuid, text, interval, bigint[], bigint, bigint, text, text),
     retention.expire_state(uuid), retention.expire_record(uuid, text, text[], jsonb, text),
     retention.archive_object_refs(), retention.ledger_orphan_objects(bigint, bigint, text[], text),
-    retention.health()
+    retention.health(),
+    retention.open_supersessions(int), retention.supersession_matches(bigint, bytea, text[]),
+    retention.supersession_unaffected(bigint, text),
+    retention.supersession_rewritten(bigint, text, text, text, bigint, bigint, text),
+    retention.supersession_done(bigint, text), retention.archive_object_state(text)
     TO retention_archiver;
+-- Erasure outranks holds, so it has its own role (not granted to retention_admin).
+GRANT EXECUTE ON FUNCTION retention.erase(regclass, text, text, text),
+    retention._erase_step(regclass, text, text, text, int)
+    TO retention_eraser;
+GRANT EXECUTE ON PROCEDURE retention.erase_in_batches(regclass, text, text, text, int, bigint)
+    TO retention_eraser;
 -- One scrape of the archiver shows the whole system.
 GRANT SELECT ON retention.stats TO retention_archiver;
 -- The guard trigger runs as whoever updates a governed table; it evaluates only the policy's
@@ -868,3 +1001,6 @@ GRANT EXECUTE ON FUNCTION retention._hold_count(oid), retention._hold_matches(bi
     retention._consumer_pins(bigint), retention._consumer_floor(bigint, anyelement),
     retention._batch_quota(bigint, bigint, tid), retention._batch_bound(bigint, text)
     TO retention_admin;
+-- An erasure's delete runs as its caller and counts the erased rows each active hold matches
+-- (each evaluated as its placer): the hold collision.
+GRANT EXECUTE ON FUNCTION retention._hold_matches(bigint, anyelement) TO retention_eraser;

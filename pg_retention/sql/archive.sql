@@ -83,8 +83,46 @@ CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.archive_expirati
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirations
     FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
 
+-- Erasure reaches archived rows (retention.erase; docs/sql-reference.md): one row per archive
+-- an erasure may have rows in. `pending` until an archiver has evaluated the erasure's predicate
+-- over the archive's slice; then `unaffected` (no row matched, or the archive's objects had
+-- expired), or `rewritten` (the slice without the matching rows is written under new keys, read
+-- back, verified and recorded here: it is the archive's object from now on, while the objects
+-- it replaces still exist) and `done` once those are deleted. An archive's supersessions run in
+-- id order, each over the object the one before it left.
+CREATE TABLE retention.supersessions (
+    id            bigserial PRIMARY KEY,
+    archive_id    bigint NOT NULL REFERENCES retention.archive_records (id),
+    request_ref   text NOT NULL,
+    relation      regclass NOT NULL,
+    relation_name text NOT NULL,
+    predicate     text NOT NULL,
+    author        regrole NOT NULL,
+    requested_at  timestamptz NOT NULL DEFAULT now(),
+    state         text NOT NULL DEFAULT 'pending'
+                  CHECK (state IN ('pending', 'unaffected', 'rewritten', 'done')),
+    replaced_key  text,
+    object_key    text,
+    blake3        text,
+    rows          bigint,
+    bytes         bigint,
+    erased        bigint,
+    supersedes    text,
+    rewritten_at  timestamptz,
+    finished_at   timestamptz,
+    reason        text,
+    UNIQUE (archive_id, request_ref, predicate),
+    CHECK (state IN ('pending', 'unaffected') OR (object_key IS NOT NULL AND replaced_key IS NOT NULL
+           AND blake3 IS NOT NULL AND rows IS NOT NULL AND bytes IS NOT NULL AND supersedes IS NOT NULL))
+);
+CREATE INDEX supersessions_open ON retention.supersessions (archive_id, id)
+    WHERE state IN ('pending', 'rewritten');
+CREATE INDEX supersessions_request ON retention.supersessions (request_ref);
+
 SELECT pg_catalog.pg_extension_config_dump('retention.batches', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.batch_keys', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_records', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_records_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_expirations', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.supersessions', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.supersessions_id_seq', '');

@@ -14,11 +14,15 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_consumer') THEN
         CREATE ROLE retention_consumer NOLOGIN;
     END IF;
+    -- Erasure outranks holds: not granted to retention_admin, whoever may erase is named.
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_eraser') THEN
+        CREATE ROLE retention_eraser NOLOGIN;
+    END IF;
 END
 $roles$;
 
 REVOKE ALL ON SCHEMA retention FROM PUBLIC;
-GRANT USAGE ON SCHEMA retention TO retention_admin, retention_archiver, retention_consumer;
+GRANT USAGE ON SCHEMA retention TO retention_admin, retention_archiver, retention_consumer, retention_eraser;
 
 -- A policy's identity. Its definition lives in policy_versions; the newest version is current.
 CREATE TABLE retention.policy_ids (
@@ -167,6 +171,9 @@ CREATE INDEX ledger_entries_policy ON retention.ledger_entries (policy_id, metho
 -- An archive expire operation is found by its id (retention.expire_state, expire_prepare).
 CREATE INDEX ledger_entries_expire_operation ON retention.ledger_entries ((detail->>'operation'))
     WHERE method IN ('expire_prepare', 'expire_apply');
+-- An erasure request is found by its reference (retention.erasures).
+CREATE INDEX ledger_entries_erasure_request ON retention.ledger_entries ((detail->>'request_ref'))
+    WHERE method IN ('erasure', 'hold_collision', 'supersede');
 
 
 CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.ledger_entries

@@ -8,7 +8,10 @@
 -- functions the archiver's `expire` calls; the kinds `unreferenced` and `orphan` (with
 -- lease_table, lease_key, lease_expiry); and paced sweeps (pg_retention.max_replica_lag,
 -- max_wal_rate: retention.wal_budget, worker_state.paused_since and pause_reason, the
--- ledger's pause entries in retention.stats). No existing row changes. As before,
+-- ledger's pause entries in retention.stats); erasure (retention.erase, erase_in_batches, the
+-- retention_eraser role, the retention.erasures view) and archive supersession
+-- (retention.supersessions, the functions the archiver calls, retention.archives' current
+-- object columns). No existing row changes. As before,
 -- every view and function goes and is defined again below exactly as a fresh install defines
 -- it (scripts/assemble-upgrade), so an upgraded schema equals a fresh one (tests/tests/upgrade.rs).
 \echo Use "ALTER EXTENSION pg_retention UPDATE TO '0.5.0'" to load this file. \quit
@@ -63,6 +66,47 @@ CREATE TABLE retention.wal_budget (
     tokens      double precision NOT NULL,
     refilled_at timestamptz NOT NULL
 );
+
+DO $eraser$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_eraser') THEN
+        CREATE ROLE retention_eraser NOLOGIN;
+    END IF;
+END
+$eraser$;
+GRANT USAGE ON SCHEMA retention TO retention_eraser;
+CREATE INDEX ledger_entries_erasure_request ON retention.ledger_entries ((detail->>'request_ref'))
+    WHERE method IN ('erasure', 'hold_collision', 'supersede');
+CREATE TABLE retention.supersessions (
+    id            bigserial PRIMARY KEY,
+    archive_id    bigint NOT NULL REFERENCES retention.archive_records (id),
+    request_ref   text NOT NULL,
+    relation      regclass NOT NULL,
+    relation_name text NOT NULL,
+    predicate     text NOT NULL,
+    author        regrole NOT NULL,
+    requested_at  timestamptz NOT NULL DEFAULT now(),
+    state         text NOT NULL DEFAULT 'pending'
+                  CHECK (state IN ('pending', 'unaffected', 'rewritten', 'done')),
+    replaced_key  text,
+    object_key    text,
+    blake3        text,
+    rows          bigint,
+    bytes         bigint,
+    erased        bigint,
+    supersedes    text,
+    rewritten_at  timestamptz,
+    finished_at   timestamptz,
+    reason        text,
+    UNIQUE (archive_id, request_ref, predicate),
+    CHECK (state IN ('pending', 'unaffected') OR (object_key IS NOT NULL AND replaced_key IS NOT NULL
+           AND blake3 IS NOT NULL AND rows IS NOT NULL AND bytes IS NOT NULL AND supersedes IS NOT NULL))
+);
+CREATE INDEX supersessions_open ON retention.supersessions (archive_id, id)
+    WHERE state IN ('pending', 'rewritten');
+CREATE INDEX supersessions_request ON retention.supersessions (request_ref);
+SELECT pg_catalog.pg_extension_config_dump('retention.supersessions', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.supersessions_id_seq', '');
 
 DROP VIEW retention.workers, retention.stats, retention.ledger, retention.holds,
     retention.policy_history, retention.policies, retention.archives, retention.tables;
@@ -207,14 +251,61 @@ SELECT w.database, w.pid, w.state, w.current_policy, w.started_at, w.last_cycle_
 FROM retention.worker_state w;
 GRANT SELECT ON retention.workers TO retention_admin;
 
--- The archive index (archive.sql).
+-- The archive index (archive.sql). object_key, blake3, rows and bytes are the archive's object
+-- now: the newest rewrite of it when an erasure superseded the original (original_key).
 CREATE VIEW retention.archives AS
-SELECT a.id, a.batch, a.policy, a.policy_version, a.relation, a.object_key, a.blake3, a.rows,
-       a.bytes, a.deleted, a.archived_at, x.expired_at, x.operation_id AS expired_by
+SELECT a.id, a.batch, a.policy, a.policy_version, a.relation,
+       coalesce(s.object_key, a.object_key) AS object_key, coalesce(s.blake3, a.blake3) AS blake3,
+       coalesce(s.rows, a.rows) AS rows, coalesce(s.bytes, a.bytes) AS bytes,
+       a.deleted, a.archived_at, x.expired_at, x.operation_id AS expired_by,
+       a.object_key AS original_key, s.rewritten_at AS superseded_at, s.id AS supersession
 FROM retention.archive_records a
+LEFT JOIN LATERAL (SELECT s.id, s.object_key, s.blake3, s.rows, s.bytes, s.rewritten_at
+                     FROM retention.supersessions s
+                    WHERE s.archive_id = a.id AND s.state IN ('rewritten', 'done')
+                    ORDER BY s.id DESC LIMIT 1) s ON true
 LEFT JOIN retention.archive_expirations x ON x.archive_id = a.id;
 
 GRANT SELECT ON retention.archives TO retention_admin, retention_archiver;
+
+-- Erasure requests (retention.erase), by their reference: the rows erased in each table, the
+-- archives whose slices were rewritten without the erased rows, and the supersessions still
+-- pending (an archiver has not processed them yet).
+CREATE VIEW retention.erasures AS
+WITH t AS (
+    SELECT l.detail->>'request_ref' AS request_ref, l.relation, sum(l.rows)::bigint AS rows,
+           min(l.at) AS first_at, max(l.at) AS last_at
+      FROM retention.ledger_entries l
+     WHERE l.method = 'erasure'
+     GROUP BY 1, 2),
+e AS (
+    SELECT t.request_ref, jsonb_object_agg(t.relation, t.rows) AS tables, sum(t.rows)::bigint AS rows_erased,
+           min(t.first_at) AS requested_at, max(t.last_at) AS erased_at
+      FROM t GROUP BY 1),
+s AS (
+    SELECT s.request_ref,
+           count(*) FILTER (WHERE s.state = 'done') AS archives_superseded,
+           coalesce(sum(s.erased) FILTER (WHERE s.state IN ('rewritten', 'done')), 0)::bigint AS archived_rows_erased,
+           count(*) FILTER (WHERE s.state = 'unaffected') AS archives_unaffected,
+           count(*) FILTER (WHERE s.state IN ('pending', 'rewritten')) AS pending
+      FROM retention.supersessions s GROUP BY 1),
+c AS (
+    SELECT l.detail->>'request_ref' AS request_ref, array_agg(DISTINCT h.id ORDER BY h.id) AS held_by
+      FROM retention.ledger_entries l CROSS JOIN LATERAL unnest(l.hold_ids) h(id)
+     WHERE l.method = 'hold_collision'
+     GROUP BY 1)
+SELECT e.request_ref, e.tables, e.rows_erased,
+       coalesce(s.archives_superseded, 0) AS archives_superseded,
+       coalesce(s.archived_rows_erased, 0) AS archived_rows_erased,
+       coalesce(s.archives_unaffected, 0) AS archives_unaffected,
+       coalesce(s.pending, 0) AS pending,
+       coalesce(c.held_by, '{}') AS hold_collisions,
+       e.requested_at, e.erased_at
+FROM e
+LEFT JOIN s ON s.request_ref = e.request_ref
+LEFT JOIN c ON c.request_ref = e.request_ref;
+
+GRANT SELECT ON retention.erasures TO retention_admin, retention_eraser;
 
 -- Registered pull consumers and what each pins: `pinning` while the lease is live; from
 -- `position` on (every row while `position` is NULL, before the epoch's first report).
@@ -253,7 +344,7 @@ BEGIN
 END
 $fn$;
 
--- pg_retention/src/archive/expiry.rs:90
+-- pg_retention/src/archive/expiry.rs:62
 -- pg_retention::archive::expiry::_archive_holds
 CREATE OR REPLACE FUNCTION "_archive_holds"(
 	"archive_id" bigint, /* i64 */
@@ -390,6 +481,20 @@ STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_define_policy_wrapper';
+
+-- pg_retention/src/api/erasure.rs:12
+-- pg_retention::api::erasure::_erase
+CREATE OR REPLACE FUNCTION "_erase"(
+	"relation" oid, /* Option < pg_sys :: Oid > */
+	"predicate" TEXT, /* Option < & str > */
+	"request_ref" TEXT, /* Option < & str > */
+	"actor" TEXT, /* Option < & str > */
+	"batch_rows" INT /* Option < i32 > */
+) RETURNS jsonb /* pgrx :: JsonB */
+SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_erase_wrapper';
 
 -- pg_retention/src/api/archive.rs:106
 -- pg_retention::api::archive::_extend_lease
@@ -574,6 +679,56 @@ STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_set_policy_state_wrapper';
+
+-- pg_retention/src/api/erasure.rs:73
+-- pg_retention::api::erasure::_supersession_done
+CREATE OR REPLACE FUNCTION "_supersession_done"(
+	"supersession" bigint, /* i64 */
+	"actor" TEXT /* & str */
+) RETURNS jsonb /* pgrx :: JsonB */
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_supersession_done_wrapper';
+
+-- pg_retention/src/api/erasure.rs:34
+-- pg_retention::api::erasure::_supersession_matches
+CREATE OR REPLACE FUNCTION "_supersession_matches"(
+	"supersession" bigint, /* i64 */
+	"slice" bytea, /* & [u8] */
+	"columns" TEXT[] /* Vec < String > */
+) RETURNS jsonb /* pgrx :: JsonB */
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_supersession_matches_wrapper';
+
+-- pg_retention/src/api/erasure.rs:48
+-- pg_retention::api::erasure::_supersession_rewritten
+CREATE OR REPLACE FUNCTION "_supersession_rewritten"(
+	"supersession" bigint, /* i64 */
+	"replaced_key" TEXT, /* & str */
+	"object_key" TEXT, /* & str */
+	"blake3" TEXT, /* & str */
+	"rows" bigint, /* i64 */
+	"bytes" bigint, /* i64 */
+	"supersedes" TEXT /* & str */
+) RETURNS jsonb /* pgrx :: JsonB */
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_supersession_rewritten_wrapper';
+
+-- pg_retention/src/api/erasure.rs:41
+-- pg_retention::api::erasure::_supersession_unaffected
+CREATE OR REPLACE FUNCTION "_supersession_unaffected"(
+	"supersession" bigint, /* i64 */
+	"reason" TEXT /* & str */
+) RETURNS jsonb /* pgrx :: JsonB */
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_supersession_unaffected_wrapper';
 
 -- pg_retention/src/api/sweep.rs:79
 -- pg_retention::api::sweep::_sweep_failed
@@ -1384,10 +1539,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
     SELECT p.name, p.version, p.archive_keep, a.id, a.batch, a.object_key, a.rows, a.bytes, a.archived_at
       FROM retention.policies p
       JOIN retention.batches b ON b.policy_id = p.id
-      JOIN retention.archive_records a ON a.batch = b.id
+      JOIN retention.archives a ON a.batch = b.id
      WHERE p.action = 'archive_then_delete' AND p.archive_keep IS NOT NULL
        AND a.archived_at < now() - p.archive_keep
-       AND NOT EXISTS (SELECT 1 FROM retention.archive_expirations x WHERE x.archive_id = a.id)
+       AND a.expired_at IS NULL
      ORDER BY p.name, a.id
 $fn$;
 
@@ -1482,12 +1637,135 @@ BEGIN
 END
 $fn$;
 
--- What the archiver's sweep-orphans must not touch: every archive record's slice key (its
--- manifest beside it) and the ids of live batches (their objects are named after them).
+-- What the archiver's sweep-orphans must not touch: every archive's slice key now and as
+-- first recorded, the keys a rewrite replaced until they are deleted, the keys an open
+-- supersession writes (retention._rewrite_key; each manifest beside its slice), and the ids
+-- of live batches (their objects are named after them).
 CREATE OR REPLACE FUNCTION retention.archive_object_refs(OUT archived text[], OUT live_batches text[])
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT ARRAY(SELECT a.object_key FROM retention.archive_records a ORDER BY 1),
+    SELECT ARRAY(SELECT a.object_key FROM retention.archives a
+                 UNION SELECT a.object_key FROM retention.archive_records a
+                 UNION SELECT s.replaced_key FROM retention.supersessions s WHERE s.state = 'rewritten'
+                 UNION SELECT retention._rewrite_key(a.object_key, s.id)
+                         FROM retention.supersessions s JOIN retention.archive_records a ON a.id = s.archive_id
+                        WHERE s.state = 'pending'
+                 ORDER BY 1),
            ARRAY(SELECT b.id::text FROM retention.batches b WHERE b.state = 'claimed' ORDER BY 1)
+$fn$;
+
+-- ---- Erasure (api/erasure.rs, engine/erase.rs) and archive supersession (archive/supersede.rs;
+-- the archiver's archiver/src/supersede.rs). ----
+
+-- Deletes the rows of `relation` that match `predicate` now, whatever policies and holds say,
+-- in statements of at most 10,000 rows, in the caller's transaction; archives with rows of the
+-- table get a pending supersession. Returns the rows deleted.
+CREATE OR REPLACE FUNCTION retention.erase(relation regclass, predicate text, request_ref text, actor text)
+RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT (retention._result(retention._erase(relation::oid, predicate, request_ref, actor, NULL))->>'deleted')::bigint $fn$;
+
+-- One step of erase_in_batches: at most batch_rows rows; {deleted, done}.
+CREATE OR REPLACE FUNCTION retention._erase_step(relation regclass, predicate text, request_ref text, actor text,
+                                      batch_rows int)
+RETURNS jsonb
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT retention._result(retention._erase(relation::oid, predicate, request_ref, actor, batch_rows)) $fn$;
+
+-- erase() for large sets: each batch of at most batch_rows rows commits with its ledger entry.
+-- A failure leaves the batches before it erased and ledgered; calling again goes on.
+CREATE OR REPLACE PROCEDURE retention.erase_in_batches(relation regclass, predicate text, request_ref text,
+                                            actor text, batch_rows int DEFAULT 10000,
+                                            INOUT erased bigint DEFAULT NULL)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    st jsonb;
+BEGIN
+    erased := 0;
+    LOOP
+        st := retention._erase_step(erase_in_batches.relation, erase_in_batches.predicate,
+                                    erase_in_batches.request_ref, erase_in_batches.actor,
+                                    erase_in_batches.batch_rows);
+        erased := erased + (st->>'deleted')::bigint;
+        COMMIT;
+        EXIT WHEN (st->>'done')::boolean;
+    END LOOP;
+END
+$fn$;
+
+-- The key a supersession writes the rewritten slice under: the original's, marked with the
+-- supersession (create-only, so a retry after a crash finds its own bytes there).
+CREATE OR REPLACE FUNCTION retention._rewrite_key(original text, supersession bigint) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT regexp_replace(original, '\.slice$', '') || '.s' || supersession || '.slice'
+$fn$;
+
+-- The open supersessions, oldest first, one per archive (an archive's supersessions run in id
+-- order): pending ones with the archive's object now, rewritten ones with the key to delete.
+CREATE OR REPLACE FUNCTION retention.open_supersessions(max int DEFAULT 100)
+RETURNS TABLE (id bigint, archive_id bigint, state text, request_ref text, object_key text,
+               blake3 text, rows bigint, bytes bigint, replaced_key text, rewrite_key text,
+               requested_at text, expired boolean)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT s.id, s.archive_id, s.state, s.request_ref, a.object_key, a.blake3, a.rows, a.bytes,
+           s.replaced_key, retention._rewrite_key(a.original_key, s.id),
+           to_char(s.requested_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           a.expired_at IS NOT NULL
+      FROM retention.supersessions s
+      JOIN retention.archives a ON a.id = s.archive_id
+     WHERE s.state IN ('pending', 'rewritten')
+       AND NOT EXISTS (SELECT 1 FROM retention.supersessions o
+                        WHERE o.archive_id = s.archive_id AND o.state IN ('pending', 'rewritten')
+                          AND o.id < s.id)
+     ORDER BY s.id
+     LIMIT greatest(max, 0)
+$fn$;
+
+-- The 0-based positions of the slice's rows that the supersession's erasure matches, its
+-- predicate evaluated as its author (the slice is checked against the archive's object first).
+CREATE OR REPLACE FUNCTION retention.supersession_matches(supersession bigint, slice bytea, columns text[])
+RETURNS int[]
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT ARRAY(SELECT jsonb_array_elements_text(
+        retention._result(retention._supersession_matches(supersession, slice, columns)))::int)
+$fn$;
+
+-- A pending supersession with nothing to rewrite.
+CREATE OR REPLACE FUNCTION retention.supersession_unaffected(supersession bigint, reason text) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._result(retention._supersession_unaffected(supersession, reason))::boolean
+$fn$;
+
+-- Records the verified rewrite of a pending supersession: it is the archive's object from now
+-- on. False when it was recorded already (by this archiver before a crash, or another).
+CREATE OR REPLACE FUNCTION retention.supersession_rewritten(supersession bigint, replaced_key text, object_key text,
+                                                 blake3 text, rows bigint, bytes bigint, supersedes text)
+RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._result(retention._supersession_rewritten(supersession, replaced_key, object_key,
+                                                               blake3, rows, bytes, supersedes))::boolean
+$fn$;
+
+-- The replaced objects are deleted: the supersession is done, and ledgered. False when it
+-- was done already.
+CREATE OR REPLACE FUNCTION retention.supersession_done(supersession bigint, actor text) RETURNS boolean
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._result(retention._supersession_done(supersession, actor))::boolean
+$fn$;
+
+-- What the index says of an object key (a slice's or its manifest's): 'current' (an archive's
+-- object now) or 'superseded' (a rewrite replaced it), with the archive's key now; no row when
+-- no archive knows it.
+CREATE OR REPLACE FUNCTION retention.archive_object_state(key text, OUT state text, OUT current_key text)
+RETURNS SETOF record
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    WITH k(slice) AS (SELECT regexp_replace(key, '\.manifest\.json$', '.slice'))
+    SELECT CASE WHEN a.object_key = k.slice THEN 'current' ELSE 'superseded' END, a.object_key
+      FROM retention.archives a, k
+     WHERE a.object_key = k.slice OR a.original_key = k.slice
+        OR EXISTS (SELECT 1 FROM retention.supersessions s
+                    WHERE s.archive_id = a.id AND s.replaced_key = k.slice
+                      AND s.state IN ('rewritten', 'done'))
+     LIMIT 1
 $fn$;
 
 -- Ledgers the objects sweep-orphans deleted.
@@ -1532,8 +1810,18 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
     retention.expire_prepare(uuid, text, interval, bigint[], bigint, bigint, text, text),
     retention.expire_state(uuid), retention.expire_record(uuid, text, text[], jsonb, text),
     retention.archive_object_refs(), retention.ledger_orphan_objects(bigint, bigint, text[], text),
-    retention.health()
+    retention.health(),
+    retention.open_supersessions(int), retention.supersession_matches(bigint, bytea, text[]),
+    retention.supersession_unaffected(bigint, text),
+    retention.supersession_rewritten(bigint, text, text, text, bigint, bigint, text),
+    retention.supersession_done(bigint, text), retention.archive_object_state(text)
     TO retention_archiver;
+-- Erasure outranks holds, so it has its own role (not granted to retention_admin).
+GRANT EXECUTE ON FUNCTION retention.erase(regclass, text, text, text),
+    retention._erase_step(regclass, text, text, text, int)
+    TO retention_eraser;
+GRANT EXECUTE ON PROCEDURE retention.erase_in_batches(regclass, text, text, text, int, bigint)
+    TO retention_eraser;
 -- One scrape of the archiver shows the whole system.
 GRANT SELECT ON retention.stats TO retention_archiver;
 -- The guard trigger runs as whoever updates a governed table; it evaluates only the policy's
@@ -1544,3 +1832,6 @@ GRANT EXECUTE ON FUNCTION retention._hold_count(oid), retention._hold_matches(bi
     retention._consumer_pins(bigint), retention._consumer_floor(bigint, anyelement),
     retention._batch_quota(bigint, bigint, tid), retention._batch_bound(bigint, text)
     TO retention_admin;
+-- An erasure's delete runs as its caller and counts the erased rows each active hold matches
+-- (each evaluated as its placer): the hold collision.
+GRANT EXECUTE ON FUNCTION retention._hold_matches(bigint, anyelement) TO retention_eraser;

@@ -89,14 +89,61 @@ SELECT w.database, w.pid, w.state, w.current_policy, w.started_at, w.last_cycle_
 FROM retention.worker_state w;
 GRANT SELECT ON retention.workers TO retention_admin;
 
--- The archive index (archive.sql).
+-- The archive index (archive.sql). object_key, blake3, rows and bytes are the archive's object
+-- now: the newest rewrite of it when an erasure superseded the original (original_key).
 CREATE VIEW retention.archives AS
-SELECT a.id, a.batch, a.policy, a.policy_version, a.relation, a.object_key, a.blake3, a.rows,
-       a.bytes, a.deleted, a.archived_at, x.expired_at, x.operation_id AS expired_by
+SELECT a.id, a.batch, a.policy, a.policy_version, a.relation,
+       coalesce(s.object_key, a.object_key) AS object_key, coalesce(s.blake3, a.blake3) AS blake3,
+       coalesce(s.rows, a.rows) AS rows, coalesce(s.bytes, a.bytes) AS bytes,
+       a.deleted, a.archived_at, x.expired_at, x.operation_id AS expired_by,
+       a.object_key AS original_key, s.rewritten_at AS superseded_at, s.id AS supersession
 FROM retention.archive_records a
+LEFT JOIN LATERAL (SELECT s.id, s.object_key, s.blake3, s.rows, s.bytes, s.rewritten_at
+                     FROM retention.supersessions s
+                    WHERE s.archive_id = a.id AND s.state IN ('rewritten', 'done')
+                    ORDER BY s.id DESC LIMIT 1) s ON true
 LEFT JOIN retention.archive_expirations x ON x.archive_id = a.id;
 
 GRANT SELECT ON retention.archives TO retention_admin, retention_archiver;
+
+-- Erasure requests (retention.erase), by their reference: the rows erased in each table, the
+-- archives whose slices were rewritten without the erased rows, and the supersessions still
+-- pending (an archiver has not processed them yet).
+CREATE VIEW retention.erasures AS
+WITH t AS (
+    SELECT l.detail->>'request_ref' AS request_ref, l.relation, sum(l.rows)::bigint AS rows,
+           min(l.at) AS first_at, max(l.at) AS last_at
+      FROM retention.ledger_entries l
+     WHERE l.method = 'erasure'
+     GROUP BY 1, 2),
+e AS (
+    SELECT t.request_ref, jsonb_object_agg(t.relation, t.rows) AS tables, sum(t.rows)::bigint AS rows_erased,
+           min(t.first_at) AS requested_at, max(t.last_at) AS erased_at
+      FROM t GROUP BY 1),
+s AS (
+    SELECT s.request_ref,
+           count(*) FILTER (WHERE s.state = 'done') AS archives_superseded,
+           coalesce(sum(s.erased) FILTER (WHERE s.state IN ('rewritten', 'done')), 0)::bigint AS archived_rows_erased,
+           count(*) FILTER (WHERE s.state = 'unaffected') AS archives_unaffected,
+           count(*) FILTER (WHERE s.state IN ('pending', 'rewritten')) AS pending
+      FROM retention.supersessions s GROUP BY 1),
+c AS (
+    SELECT l.detail->>'request_ref' AS request_ref, array_agg(DISTINCT h.id ORDER BY h.id) AS held_by
+      FROM retention.ledger_entries l CROSS JOIN LATERAL unnest(l.hold_ids) h(id)
+     WHERE l.method = 'hold_collision'
+     GROUP BY 1)
+SELECT e.request_ref, e.tables, e.rows_erased,
+       coalesce(s.archives_superseded, 0) AS archives_superseded,
+       coalesce(s.archived_rows_erased, 0) AS archived_rows_erased,
+       coalesce(s.archives_unaffected, 0) AS archives_unaffected,
+       coalesce(s.pending, 0) AS pending,
+       coalesce(c.held_by, '{}') AS hold_collisions,
+       e.requested_at, e.erased_at
+FROM e
+LEFT JOIN s ON s.request_ref = e.request_ref
+LEFT JOIN c ON c.request_ref = e.request_ref;
+
+GRANT SELECT ON retention.erasures TO retention_admin, retention_eraser;
 
 -- Registered pull consumers and what each pins: `pinning` while the lease is live; from
 -- `position` on (every row while `position` is NULL, before the epoch's first report).

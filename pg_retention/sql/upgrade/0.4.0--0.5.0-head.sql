@@ -8,7 +8,10 @@
 -- functions the archiver's `expire` calls; the kinds `unreferenced` and `orphan` (with
 -- lease_table, lease_key, lease_expiry); and paced sweeps (pg_retention.max_replica_lag,
 -- max_wal_rate: retention.wal_budget, worker_state.paused_since and pause_reason, the
--- ledger's pause entries in retention.stats). No existing row changes. As before,
+-- ledger's pause entries in retention.stats); erasure (retention.erase, erase_in_batches, the
+-- retention_eraser role, the retention.erasures view) and archive supersession
+-- (retention.supersessions, the functions the archiver calls, retention.archives' current
+-- object columns). No existing row changes. As before,
 -- every view and function goes and is defined again below exactly as a fresh install defines
 -- it (scripts/assemble-upgrade), so an upgraded schema equals a fresh one (tests/tests/upgrade.rs).
 \echo Use "ALTER EXTENSION pg_retention UPDATE TO '0.5.0'" to load this file. \quit
@@ -63,6 +66,47 @@ CREATE TABLE retention.wal_budget (
     tokens      double precision NOT NULL,
     refilled_at timestamptz NOT NULL
 );
+
+DO $eraser$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_eraser') THEN
+        CREATE ROLE retention_eraser NOLOGIN;
+    END IF;
+END
+$eraser$;
+GRANT USAGE ON SCHEMA retention TO retention_eraser;
+CREATE INDEX ledger_entries_erasure_request ON retention.ledger_entries ((detail->>'request_ref'))
+    WHERE method IN ('erasure', 'hold_collision', 'supersede');
+CREATE TABLE retention.supersessions (
+    id            bigserial PRIMARY KEY,
+    archive_id    bigint NOT NULL REFERENCES retention.archive_records (id),
+    request_ref   text NOT NULL,
+    relation      regclass NOT NULL,
+    relation_name text NOT NULL,
+    predicate     text NOT NULL,
+    author        regrole NOT NULL,
+    requested_at  timestamptz NOT NULL DEFAULT now(),
+    state         text NOT NULL DEFAULT 'pending'
+                  CHECK (state IN ('pending', 'unaffected', 'rewritten', 'done')),
+    replaced_key  text,
+    object_key    text,
+    blake3        text,
+    rows          bigint,
+    bytes         bigint,
+    erased        bigint,
+    supersedes    text,
+    rewritten_at  timestamptz,
+    finished_at   timestamptz,
+    reason        text,
+    UNIQUE (archive_id, request_ref, predicate),
+    CHECK (state IN ('pending', 'unaffected') OR (object_key IS NOT NULL AND replaced_key IS NOT NULL
+           AND blake3 IS NOT NULL AND rows IS NOT NULL AND bytes IS NOT NULL AND supersedes IS NOT NULL))
+);
+CREATE INDEX supersessions_open ON retention.supersessions (archive_id, id)
+    WHERE state IN ('pending', 'rewritten');
+CREATE INDEX supersessions_request ON retention.supersessions (request_ref);
+SELECT pg_catalog.pg_extension_config_dump('retention.supersessions', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.supersessions_id_seq', '');
 
 DROP VIEW retention.workers, retention.stats, retention.ledger, retention.holds,
     retention.policy_history, retention.policies, retention.archives, retention.tables;

@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod consumer;
+pub mod erasure;
 pub mod hold;
 pub mod policy;
 pub mod preview;

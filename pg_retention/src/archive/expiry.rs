@@ -5,10 +5,10 @@
 //! are untrusted) and its rows are evaluated against the holds, each as its placer, like the
 //! rows of the table.
 
+use super::side_load::{side_load, Recorded};
 use crate::catalog::{active_holds, Policy, RelationInfo, StoredArchive};
 use crate::engine::eligible::Eligibility;
 use crate::error::{outcome, Result, RetentionError};
-use crate::sql_text::ident;
 use pgrx::prelude::*;
 
 /// The ids of the active holds that match at least one row of archive `archive_id`, whose
@@ -21,16 +21,6 @@ fn holds_over(archive_id: i64, slice: &[u8], columns: &[String]) -> Result<Vec<i
             "Pass an id from retention.archives.",
         )
     })?;
-    let rows = pg_retention_format::verify_slice(
-        slice,
-        &archive.blake3,
-        archive.rows.max(0) as u64,
-        archive.bytes.max(0) as u64,
-    )
-    .map_err(|e| RetentionError::ArchiveMismatch {
-        batch: format!("of archive {archive_id}"),
-        reason: format!("the slice given is not the archived one: {e}"),
-    })?;
     let policy = Policy::by_name(&archive.policy)?;
     // The rows' own table, or the policy's when it is gone (a leaf dropped whole).
     let table = if archive.relation_exists {
@@ -39,44 +29,26 @@ fn holds_over(archive_id: i64, slice: &[u8], columns: &[String]) -> Result<Vec<i
         policy.relation
     };
     let rel = RelationInfo::load(table, &policy.relation_name)?;
+    let loaded = side_load(
+        slice,
+        &Recorded {
+            label: format!("of archive {archive_id}"),
+            blake3: &archive.blake3,
+            rows: archive.rows,
+            bytes: archive.bytes,
+        },
+        columns,
+        &rel,
+    )?;
     let holds = active_holds(table)?;
-    if holds.is_empty() || rows.is_empty() {
+    if holds.is_empty() || loaded.rows == 0 {
         return Ok(vec![]);
     }
-    // Each row as a JSON array of its values' text (frame order); each column of the table
-    // now is cast from the value of the archived column of that name (its type's input
-    // function), NULL when the archive has no such column.
-    let mut values = Vec::with_capacity(rows.len());
-    for row in &rows {
-        if row.columns.len() != columns.len() {
-            return Err(RetentionError::ArchiveMismatch {
-                batch: format!("of archive {archive_id}"),
-                reason: format!(
-                    "a row has {} values, the manifest names {} columns",
-                    row.columns.len(),
-                    columns.len()
-                ),
-            });
-        }
-        values.push(serde_json::Value::from(row.columns.clone()));
-    }
-    let select: Vec<String> = rel
-        .columns
-        .iter()
-        .map(|c| match columns.iter().position(|a| *a == c.name) {
-            Some(i) => format!("(r->>{i})::{} AS {}", c.type_name, ident(&c.name)),
-            None => format!("NULL::{} AS {}", c.type_name, ident(&c.name)),
-        })
-        .collect();
-    let source = format!(
-        "SELECT {} FROM jsonb_array_elements($1) r",
-        select.join(", ")
-    );
     let elig = Eligibility::new(&policy, &rel, &holds)?;
     let counts = elig.hold_counts(
-        &source,
+        &loaded.source,
         &format!("{}::oid", archive.relation),
-        &[pgrx::JsonB(serde_json::Value::Array(values)).into()],
+        &[loaded.values.into()],
     )?;
     Ok(counts
         .into_iter()

@@ -5,14 +5,18 @@
 //! A batch's life, one file per step: `claim.rs` (eligible rows → a batch), `slice.rs` (its
 //! frames and manifest), `lease.rs` (resume, extend, release, expire), `prune.rs` (the delete),
 //! `verify.rs` (the in-transaction check that gates it); and, once archives outlive their
-//! policy's `archive_keep`, `expiry.rs` (the holds over an archive's rows).
+//! policy's `archive_keep`, `expiry.rs` (the holds over an archive's rows); when an erasure
+//! reaches archived rows, `supersede.rs` (the slice rewritten without them). Both read slices
+//! back through `side_load.rs`.
 
 pub mod claim;
 pub mod expiry;
 mod leaf_drop;
 pub mod lease;
 pub mod prune;
+mod side_load;
 pub mod slice;
+pub mod supersede;
 mod verify;
 
 use crate::catalog::{Batch, Policy, RelationInfo};

@@ -362,7 +362,8 @@ impl ArchiveRecord<'_> {
     }
 }
 
-/// An archive as recorded, with what checking its rows against holds needs.
+/// An archive as recorded (its object now: a rewrite's once an erasure superseded the
+/// original), with what checking its rows against holds needs.
 #[derive(Debug, Clone, Deserialize)]
 pub struct StoredArchive {
     /// Its policy's name.
@@ -386,7 +387,7 @@ impl StoredArchive {
             "SELECT jsonb_build_object('policy', a.policy, 'relation', b.relation::oid::bigint,
                     'relation_exists', EXISTS (SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = b.relation::oid),
                     'blake3', a.blake3, 'rows', a.rows, 'bytes', a.bytes)
-               FROM retention.archive_records a JOIN retention.batches b ON b.id = a.batch
+               FROM retention.archives a JOIN retention.batches b ON b.id = a.batch
               WHERE a.id = $1",
             &[id.into()],
         )

@@ -62,6 +62,13 @@ pub enum LedgerMethod {
     ConsumerRegister,
     /// A pull consumer unregistered: it pins nothing any more.
     ConsumerUnregister,
+    /// Rows deleted by an erasure request (`retention.erase`), whatever policies and holds say.
+    Erasure,
+    /// Erased rows an active hold matched: the hold lost to the erasure, and is named.
+    HoldCollision,
+    /// An archive's slice rewritten without erased rows, verified, and the objects it replaced
+    /// deleted.
+    Supersede,
 }
 
 impl LedgerMethod {
@@ -85,6 +92,9 @@ impl LedgerMethod {
             LedgerMethod::OrphanSweep => "orphan_sweep",
             LedgerMethod::ConsumerRegister => "consumer_register",
             LedgerMethod::ConsumerUnregister => "consumer_unregister",
+            LedgerMethod::Erasure => "erasure",
+            LedgerMethod::HoldCollision => "hold_collision",
+            LedgerMethod::Supersede => "supersede",
         }
     }
 }

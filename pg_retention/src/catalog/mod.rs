@@ -2,7 +2,7 @@
 //! in `sql/catalog.sql` or `sql/archive.sql`): policies and their versions (`policy.rs`), holds
 //! and lifts (`hold.rs`), archive batches, their key sets and archive records (`batch.rs`), the
 //! ledger (`ledger.rs`), window links (`link.rs`), pull consumers (`consumer.rs`), the WAL
-//! budget of paced sweeps (`wal_budget.rs`).
+//! budget of paced sweeps (`wal_budget.rs`), erasures that reach archives (`supersession.rs`).
 //! `relation.rs` describes governed tables from the system catalogs. The worker's state
 //! (`worker_state.rs`) is written through the worker's SQL functions in `sql/api.sql`.
 
@@ -15,6 +15,7 @@ pub mod partition;
 pub mod policy;
 pub mod prepared;
 pub mod relation;
+pub mod supersession;
 pub mod wal_budget;
 pub mod worker_state;
 
@@ -25,7 +26,7 @@ pub use partition::Leaf;
 pub use policy::{Action, Change, Kind, Policy, PolicySpec};
 pub use relation::RelationInfo;
 
-use crate::error::Result;
+use crate::error::{Result, RetentionError};
 use pgrx::prelude::*;
 use serde::de::DeserializeOwned;
 
@@ -37,7 +38,11 @@ pub fn query_json<T: DeserializeOwned>(
     match optional_one::<pgrx::JsonB, _>(sql, args)? {
         None => Ok(None),
         Some(j) if j.0.is_null() => Ok(None),
-        Some(j) => Ok(Some(serde_json::from_value(j.0)?)),
+        Some(j) => serde_json::from_value(j.0).map(Some).map_err(|e| {
+            let what = std::any::type_name::<T>();
+            // Which read failed, so a catalog row that decodes wrongly can be found.
+            RetentionError::Internal(format!("catalog decode of {what}: {e}"))
+        }),
     }
 }
 

@@ -35,9 +35,23 @@ pub struct Leaf {
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct AgeBounds {
     /// Upper bounds: every row of the leaf is aged before each.
+    #[serde(deserialize_with = "printed_bounds")]
     pub upper: Vec<String>,
     /// Lower bounds: every row of the leaf is aged at or after each.
+    #[serde(deserialize_with = "printed_bounds")]
     pub lower: Vec<String>,
+}
+
+/// The bounds that printed. `pg_get_expr` reads the relation cache, not the statement's
+/// snapshot: for a leaf dropped while the statement runs it prints NULL, and the planner
+/// evaluates it once for the aggregate's filter and again for its value, so a NULL can pass
+/// the filter. A bound that did not print is no bound: the leaf is then not known to be
+/// expired by its bounds, and whoever acts on it finds it gone.
+fn printed_bounds<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<String>, D::Error> {
+    let printed: Vec<Option<String>> = Deserialize::deserialize(d)?;
+    Ok(printed.into_iter().flatten().collect())
 }
 
 /// The leaves of `relation` (the table itself when it is not partitioned), in oid order, which
@@ -126,8 +140,20 @@ pub fn bound_value(printed: &str) -> Option<String> {
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]
 mod tests {
-    use super::bound_value;
+    use super::{bound_value, Leaf};
     use pgrx::prelude::*;
+
+    #[pg_test]
+    fn a_bound_that_did_not_print_is_no_bound() {
+        // What the leaf listing reads for a leaf dropped while it runs (see printed_bounds).
+        let leaf: Leaf = serde_json::from_value(serde_json::json!({
+            "oid": 1, "qualified": "public.t_p1", "bound": "", "owner": 10,
+            "age_bounds": { "upper": [null, "'2026-01-02 00:00:00+00'"], "lower": [null] }
+        }))
+        .expect("a leaf with unprinted bounds decodes");
+        assert_eq!(leaf.age_bounds.upper, vec!["'2026-01-02 00:00:00+00'"]);
+        assert!(leaf.age_bounds.lower.is_empty());
+    }
 
     #[pg_test]
     fn bound_values_are_read_back_as_their_text() {

@@ -12,6 +12,25 @@ use crate::sql_text::{ident, literal, predicate};
 use pgrx::prelude::*;
 use pgrx::PgOid;
 
+/// Whether the row (its columns qualified by `alias`, or unqualified) matches hold `h`, through
+/// `retention._hold_matches`, which evaluates the hold's predicate as its placer.
+pub fn hold_call(h: &Hold, alias: Option<&str>) -> String {
+    let columns: Vec<String> = h
+        .columns
+        .iter()
+        .map(|c| match alias {
+            Some(a) => format!("{a}.{}", ident(c)),
+            None => ident(c),
+        })
+        .collect();
+    format!(
+        "retention._hold_matches({}, ROW({})::{})",
+        h.id,
+        columns.join(", "),
+        h.relation
+    )
+}
+
 /// `now() - window` for the current transaction, as a timestamptz constant. As an expression it
 /// would be computed again for every row a batch reads (interval arithmetic through a broken-down
 /// time: a sixth of a sweep's per-row cost); `now()` is fixed for the transaction, so the constant
@@ -398,13 +417,7 @@ impl<'a> Eligibility<'a> {
         let matches = if h.placer == self.policy.owner {
             predicate(&h.predicate)
         } else {
-            let columns: Vec<String> = h.columns.iter().map(|c| ident(c)).collect();
-            format!(
-                "retention._hold_matches({}, ROW({})::{})",
-                h.id,
-                columns.join(", "),
-                h.relation
-            )
+            hold_call(h, None)
         };
         match &h.leaves {
             None => matches,

@@ -2,6 +2,7 @@
 //! what a preview reports, and how definitions are validated.
 
 pub mod eligible;
+pub mod erase;
 pub mod pacing;
 pub mod predicate;
 pub mod preview;

@@ -1,0 +1,200 @@
+//! Archive supersession (the extension's `archive/supersede.rs`): an erasure reaches the rows
+//! archived before it. `run` and `once` process the open supersessions before they claim:
+//!
+//! 1. read the archive's slice and manifest and check both against the index (the bytes of the
+//!    store are untrusted);
+//! 2. ask the database which rows the erasure matches (its predicate runs there, as its author);
+//!    none: the supersession is unaffected, and that is all;
+//! 3. write the slice without those rows, and a manifest whose `supersedes` is the BLAKE3 of the
+//!    one it replaces, under the key the index mints for the supersession (create-only);
+//! 4. read both back and verify them;
+//! 5. record the rewrite: from now on it is the archive's object;
+//! 6. delete the replaced slice and manifest, and say so (ledgered `supersede`).
+//!
+//! Each step starts only after the one before it succeeded, and the index moves only at 5 and
+//! 6: a failure or crash anywhere leaves the original in place (before 5) or the rewrite in
+//! place (after), the supersession open, and the next pass finishes it. The objects of 3 are
+//! deterministic, so a retry finds its own bytes there and accepts them.
+
+use crate::error::{Error, Result};
+use crate::fault;
+use crate::keys::manifest_for;
+use crate::pipeline::Context;
+use bytes::Bytes;
+use pg_retention_format::{encode_frame, summarize_slice, verify_slice, Manifest};
+
+/// Open supersessions read per round.
+const ROUND: i32 = 100;
+
+/// An open supersession as the index lists it (`retention.open_supersessions`).
+pub struct Open {
+    /// Id.
+    pub id: i64,
+    /// The archive.
+    pub archive_id: i64,
+    /// `pending` or `rewritten`.
+    pub state: String,
+    /// The archive's slice key now, its BLAKE3, rows and bytes.
+    pub object_key: String,
+    /// BLAKE3 (hex) of the archive's slice now.
+    pub blake3: String,
+    /// Rows of the archive's slice now.
+    pub rows: i64,
+    /// Bytes of the archive's slice now.
+    pub bytes: i64,
+    /// For a rewritten one: the slice key it replaced, to delete.
+    pub replaced_key: Option<String>,
+    /// Where the rewrite goes.
+    pub rewrite_key: String,
+    /// The archive's objects expired: nothing is left to rewrite.
+    pub expired: bool,
+}
+
+/// What a pass over the open supersessions did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Superseded {
+    /// Slices rewritten and their originals deleted.
+    pub rewritten: u64,
+    /// Supersessions with nothing to rewrite.
+    pub unaffected: u64,
+}
+
+/// Processes every open supersession, oldest first; stops at the first failure.
+pub async fn pass(ctx: &Context) -> Result<Superseded> {
+    let mut done = Superseded::default();
+    loop {
+        let open = ctx.db.open_supersessions(ROUND).await?;
+        if open.is_empty() {
+            return Ok(done);
+        }
+        for s in &open {
+            if one(ctx, s).await? {
+                done.rewritten += 1;
+            } else {
+                done.unaffected += 1;
+            }
+        }
+    }
+}
+
+/// Finishes supersession `s`: true when a rewrite replaced the archive's object, false when it
+/// had nothing to rewrite.
+async fn one(ctx: &Context, s: &Open) -> Result<bool> {
+    let owner = ctx.settings.owner.as_str();
+    if s.state == "rewritten" {
+        let replaced = s.replaced_key.as_deref().ok_or_else(|| {
+            Error::Refusal(format!(
+                "supersession {} is rewritten without a replaced key",
+                s.id
+            ))
+        })?;
+        destroy(ctx, s.id, replaced, owner).await?;
+        return Ok(true);
+    }
+    if s.expired {
+        ctx.db
+            .supersession_unaffected(s.id, "the archive's objects expired")
+            .await?;
+        return Ok(false);
+    }
+    // 1. The archive as the index has it.
+    let slice = ctx.store.get(&s.object_key).await?;
+    let manifest_bytes = ctx.store.get(&manifest_for(&s.object_key)).await?;
+    let rows = verify_slice(
+        &slice,
+        &s.blake3,
+        s.rows.max(0) as u64,
+        s.bytes.max(0) as u64,
+    )
+    .map_err(|e| Error::Verify {
+        key: s.object_key.clone(),
+        reason: e.to_string(),
+    })?;
+    let manifest: Manifest = serde_json::from_slice(&manifest_bytes)?;
+    if manifest.blake3 != s.blake3 || manifest.rows != s.rows as u64 {
+        return Err(Error::Verify {
+            key: manifest_for(&s.object_key),
+            reason: format!(
+                "the manifest says {} rows, blake3 {}; the index says {} rows, blake3 {}",
+                manifest.rows, manifest.blake3, s.rows, s.blake3
+            ),
+        });
+    }
+    // 2. Which rows the erasure matches.
+    let columns: Vec<String> = manifest.columns.iter().map(|c| c.name.clone()).collect();
+    let mut erased = ctx.db.supersession_matches(s.id, &slice, &columns).await?;
+    if erased.is_empty() {
+        ctx.db
+            .supersession_unaffected(s.id, "no archived row matched")
+            .await?;
+        return Ok(false);
+    }
+    erased.sort_unstable();
+    // 3. The slice without them, and its manifest.
+    let mut rewritten = Vec::with_capacity(slice.len());
+    let mut kept = 0u64;
+    for (i, row) in rows.iter().enumerate() {
+        if erased.binary_search(&(i as i32)).is_err() {
+            rewritten.extend_from_slice(&encode_frame(row)?);
+            kept += 1;
+        }
+    }
+    let (blake3, rows_kept, bytes) = summarize_slice(&rewritten, kept);
+    let mut next = manifest.clone();
+    next.rows = rows_kept;
+    next.bytes = bytes;
+    next.blake3 = blake3.clone();
+    next.supersedes = Some(blake3::hash(&manifest_bytes).to_hex().to_string());
+    let next_bytes = Bytes::from(serde_json::to_vec_pretty(&next)?);
+    let (skey, mkey) = (s.rewrite_key.clone(), manifest_for(&s.rewrite_key));
+    let rewritten = Bytes::from(rewritten);
+    ctx.store.put_create(&skey, rewritten.clone()).await?;
+    fault::point("supersede-after-slice");
+    ctx.store.put_create(&mkey, next_bytes.clone()).await?;
+    fault::point("supersede-after-write");
+    // 4. Read back.
+    let back = ctx.store.get(&skey).await?;
+    verify_slice(&back, &blake3, rows_kept, bytes).map_err(|e| Error::Verify {
+        key: skey.clone(),
+        reason: e.to_string(),
+    })?;
+    if ctx.store.get(&mkey).await? != next_bytes {
+        return Err(Error::Verify {
+            key: mkey,
+            reason: "the manifest read back differs".into(),
+        });
+    }
+    // 5. Record.
+    let supersedes = next.supersedes.unwrap_or_default();
+    ctx.db
+        .supersession_rewritten(
+            s.id,
+            &s.object_key,
+            &skey,
+            &blake3,
+            rows_kept,
+            bytes,
+            &supersedes,
+        )
+        .await?;
+    fault::point("supersede-after-record");
+    tracing::info!(
+        supersession = s.id,
+        archive = s.archive_id,
+        erased = erased.len(),
+        "archive slice rewritten without erased rows"
+    );
+    // 6. Destroy.
+    destroy(ctx, s.id, &s.object_key, owner).await?;
+    Ok(true)
+}
+
+/// Deletes the slice `replaced` and its manifest, then records the supersession done.
+async fn destroy(ctx: &Context, id: i64, replaced: &str, owner: &str) -> Result<()> {
+    ctx.store
+        .delete(&[replaced.to_owned(), manifest_for(replaced)])
+        .await?;
+    fault::point("supersede-after-destroy");
+    ctx.db.supersession_done(id, owner).await?;
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! Erasure (`retention.erase`, `erase_in_batches`) and the archive supersession steps the
+//! archiver calls (`retention.supersession_*`); the SQL wrappers are in `sql/api.sql`.
+
+use crate::archive::supersede;
+use crate::catalog::supersession::Rewrite;
+use crate::engine::erase::{erase, Request};
+use crate::error::{outcome, required};
+use pgrx::prelude::*;
+
+/// Erases the matching rows of a table: all of them, or at most `batch_rows` (one committed
+/// batch of `erase_in_batches`); `{"ok": {deleted, done, pending_archives}}`.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _erase(
+    relation: Option<pg_sys::Oid>,
+    predicate: Option<&str>,
+    request_ref: Option<&str>,
+    actor: Option<&str>,
+    batch_rows: Option<i32>,
+) -> pgrx::JsonB {
+    outcome((|| {
+        let req = Request {
+            relation: required(relation, "relation")?.to_u32(),
+            predicate: required(predicate, "predicate")?,
+            request_ref: required(request_ref, "request_ref")?,
+            actor: required(actor, "actor")?,
+        };
+        erase(&req, batch_rows)
+    })())
+}
+
+/// `{"ok": [positions]}`: the rows of an archive's slice a pending supersession's erasure
+/// matches.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _supersession_matches(supersession: i64, slice: &[u8], columns: Vec<String>) -> pgrx::JsonB {
+    outcome(supersede::matches(supersession, slice, &columns))
+}
+
+/// `{"ok": changed}`: a pending supersession with nothing to rewrite.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _supersession_unaffected(supersession: i64, reason: &str) -> pgrx::JsonB {
+    outcome(supersede::unaffected(supersession, reason))
+}
+
+/// `{"ok": recorded}`: a verified rewrite recorded as the archive's object.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _supersession_rewritten(
+    supersession: i64,
+    replaced_key: &str,
+    object_key: &str,
+    blake3: &str,
+    rows: i64,
+    bytes: i64,
+    supersedes: &str,
+) -> pgrx::JsonB {
+    outcome(supersede::rewritten(
+        supersession,
+        &Rewrite {
+            replaced_key,
+            object_key,
+            blake3,
+            rows,
+            bytes,
+            supersedes,
+        },
+    ))
+}
+
+/// `{"ok": changed}`: the replaced objects are deleted; ledgered.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _supersession_done(supersession: i64, actor: &str) -> pgrx::JsonB {
+    outcome(supersede::done(supersession, actor))
+}
