@@ -32,6 +32,9 @@ pub enum Command {
         #[arg(long)]
         max_batches: Option<u64>,
     },
+    /// Serve /metrics, /healthz and /readyz only (the database's metrics, for databases
+    /// without archive policies); no archiving.
+    ServeMetrics,
     /// List the archive slices in the store.
     Ls,
     /// Print the manifest of a slice, by object key or batch id.

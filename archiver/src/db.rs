@@ -180,7 +180,7 @@ impl Db {
         let rows = self
             .client
             .query(
-                "SELECT id, archive_id, state, object_key, blake3, rows, bytes, replaced_key, rewrite_key, expired
+                "SELECT id, archive_id, state, object_key, blake3, rows, bytes, replaced_key, rewrite_key, expired, policy
                    FROM retention.open_supersessions($1)",
                 &[&max],
             )
@@ -198,6 +198,7 @@ impl Db {
                 replaced_key: r.get(7),
                 rewrite_key: r.get(8),
                 expired: r.get(9),
+                policy: r.get(10),
             })
             .collect())
     }
@@ -303,19 +304,37 @@ impl Db {
         Ok(self.archive_record(batch).await?.map(|r| r.object_key))
     }
 
-    /// Figures of the extension for /metrics: per policy (rows pruned, batches, backlog, healthy).
-    pub async fn extension_figures(&self) -> Result<Vec<(String, i64, i64, Option<i64>, bool)>> {
+    /// Every sample of `retention.metrics()`, in family order.
+    pub async fn metrics(&self) -> Result<Vec<crate::metrics::DbSample>> {
         let rows = self
             .client
             .query(
-                "SELECT s.policy, s.rows_pruned_total, s.batches_total, s.backlog, coalesce(h.healthy, true)
-                   FROM retention.stats s LEFT JOIN retention.health() h ON h.policy = s.policy ORDER BY 1",
+                "SELECT m.name, m.labels::text, m.value, m.help, m.type FROM retention.metrics() m",
                 &[],
             )
             .await?;
-        Ok(rows
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
-            .collect())
+        rows.iter()
+            .map(|r| {
+                let labels: serde_json::Map<String, serde_json::Value> =
+                    serde_json::from_str(r.get::<_, &str>(1))?;
+                Ok(crate::metrics::DbSample {
+                    name: r.get(0),
+                    labels: labels
+                        .into_iter()
+                        .map(|(k, v)| {
+                            (
+                                k,
+                                v.as_str()
+                                    .map(str::to_owned)
+                                    .unwrap_or_else(|| v.to_string()),
+                            )
+                        })
+                        .collect(),
+                    value: r.get(2),
+                    help: r.get(3),
+                    kind: r.get(4),
+                })
+            })
+            .collect()
     }
 }

@@ -1,14 +1,31 @@
 //! Fault-injection points for the fault suite. Setting `PG_RETENTION_ARCHIVER_FAULT` to a point's
-//! name makes the process abort there, as abruptly as `kill -9`. Unset in production.
+//! name (or several, comma-separated) makes the process abort there, as abruptly as `kill -9`,
+//! or behave as the point says. Unset in production.
 
 use bytes::Bytes;
+use std::collections::HashSet;
+use std::sync::Mutex;
 
 /// The variable that arms a fault point.
 pub const VAR: &str = "PG_RETENTION_ARCHIVER_FAULT";
 
 /// Whether `name` is armed.
 pub fn armed(name: &str) -> bool {
-    std::env::var(VAR).is_ok_and(|v| v == name)
+    std::env::var(VAR).is_ok_and(|v| v.split(',').any(|p| p.trim() == name))
+}
+
+/// Whether `name` is armed and has not fired yet in this process (it fires once).
+pub fn armed_once(name: &str) -> bool {
+    static FIRED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    if !armed(name) {
+        return false;
+    }
+    let Ok(mut fired) = FIRED.lock() else {
+        return false;
+    };
+    fired
+        .get_or_insert_with(HashSet::new)
+        .insert(name.to_owned())
 }
 
 /// Aborts the process if `name` is armed.

@@ -9,6 +9,7 @@ mod db;
 mod error;
 mod expire;
 mod fault;
+mod http;
 mod keys;
 mod metrics;
 mod ops;
@@ -68,6 +69,11 @@ async fn dispatch(cli: Cli, settings: Settings) -> Result<()> {
             runner::run(settings, token).await
         }
         Command::Once { max_batches } => runner::once(settings, max_batches).await.map(|_| ()),
+        Command::ServeMetrics => {
+            let token = CancellationToken::new();
+            cancel_on_signals(token.clone());
+            http::serve_metrics(settings, token).await
+        }
         Command::Ls => ops::ls(&settings).await,
         Command::SweepOrphans { older_than, apply } => {
             let age = humantime::parse_duration(&older_than)

@@ -1,4 +1,4 @@
-//! `run` and `once`: the archive loops, graceful shutdown, and the metrics endpoint.
+//! `run` and `once`: the archive loops and graceful shutdown (`run` serves `http.rs` beside).
 
 use crate::config::Settings;
 use crate::db::Db;
@@ -8,7 +8,6 @@ use crate::pipeline::{finish, overlapped, Context, Verified};
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 async fn context(settings: Settings) -> Result<Context> {
@@ -63,7 +62,7 @@ struct Pass {
     /// `go_on` said stop before the pass was over.
     stopped: bool,
     /// Supersessions finished before claiming.
-    superseded: crate::supersede::Superseded,
+    superseded: crate::supersede::Done,
 }
 
 /// One pass: first the open supersessions (an erasure outranks archiving more), then each
@@ -167,8 +166,7 @@ pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
 
 /// Counts and logs a failed batch of `run` (it is retried by a later pass).
 fn retried(ctx: &Context, e: &Error) {
-    ctx.metrics
-        .add("pg_retention_archiver_batch_retries_total", &[], 1.0);
+    ctx.metrics.batch_retries.inc();
     tracing::error!(error = %e, "batch failed; it will be retried");
 }
 
@@ -176,13 +174,18 @@ fn retried(ctx: &Context, e: &Error) {
 /// (or released) before stopping.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> {
     let idle = settings.idle_sleep;
-    let addr = settings.metrics_addr.clone();
+    let listener = crate::http::bind(&settings).await?;
     let ctx = Arc::new(context(settings).await?);
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .map_err(|e| Error::Config(format!("cannot serve metrics on {addr}: {e}")))?;
-    tracing::info!(addr = %listener.local_addr()?, "serving /metrics and /healthz");
-    let server = tokio::spawn(serve(listener, Arc::clone(&ctx), shutdown.clone()));
+    let live = {
+        let (db, prune_db) = (Arc::clone(&ctx.db), Arc::clone(&ctx.prune_db));
+        Box::new(move || !db.is_closed() && !prune_db.is_closed())
+    };
+    let probe = crate::http::Probe::new(ctx.settings.clone(), Some(Arc::clone(&ctx.metrics)), live);
+    let server = tokio::spawn(crate::http::serve(
+        listener,
+        Arc::new(probe),
+        shutdown.clone(),
+    ));
     let mut failures = 0u32;
     let mut in_flight: Option<Verified> = None;
     while !shutdown.is_cancelled() {
@@ -228,84 +231,4 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
     tracing::info!("shutting down: no batch in progress");
     server.abort();
     Ok(())
-}
-
-/// A minimal HTTP/1.1 responder: GET /metrics and GET /healthz, one request per connection.
-async fn serve(listener: tokio::net::TcpListener, ctx: Arc<Context>, shutdown: CancellationToken) {
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        let Ok((mut socket, _)) = accepted else {
-            continue;
-        };
-        let ctx = Arc::clone(&ctx);
-        tokio::spawn(async move {
-            let Ok(Some(head)) =
-                tokio::time::timeout(Duration::from_secs(5), read_head(&mut socket)).await
-            else {
-                return;
-            };
-            let request = String::from_utf8_lossy(&head);
-            let path = request.split_whitespace().nth(1).unwrap_or("/");
-            let (status, body) = match path {
-                "/metrics" => ("200 OK", metrics_text(&ctx).await),
-                "/healthz" if !ctx.db.is_closed() && !ctx.prune_db.is_closed() => {
-                    ("200 OK", "ok\n".to_owned())
-                }
-                "/healthz" => (
-                    "503 Service Unavailable",
-                    "database connection lost\n".to_owned(),
-                ),
-                _ => ("404 Not Found", "not found\n".to_owned()),
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = socket.write_all(response.as_bytes()).await;
-        });
-    }
-}
-
-/// Reads a request up to the end of its headers. A client may send them in several segments;
-/// answering after the first one and closing would reset the connection under the client's
-/// next write. None when the peer closes first or the head exceeds 8 KiB.
-async fn read_head(socket: &mut tokio::net::TcpStream) -> Option<Vec<u8>> {
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = socket.read(&mut buf).await.ok()?;
-        if n == 0 || head.len() + n > 8192 {
-            return None;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    Some(head)
-}
-
-async fn metrics_text(ctx: &Context) -> String {
-    let mut extra = Vec::new();
-    match ctx.db.extension_figures().await {
-        Ok(rows) => {
-            for (policy, pruned, batches, backlog, healthy) in rows {
-                let l = || vec![("policy", policy.clone())];
-                extra.push(("pg_retention_policy_rows_pruned_total", l(), pruned as f64));
-                extra.push(("pg_retention_policy_batches_total", l(), batches as f64));
-                extra.push((
-                    "pg_retention_policy_backlog_rows",
-                    l(),
-                    backlog.unwrap_or(0) as f64,
-                ));
-                extra.push((
-                    "pg_retention_policy_healthy",
-                    l(),
-                    if healthy { 1.0 } else { 0.0 },
-                ));
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "cannot read retention.stats for /metrics"),
-    }
-    ctx.metrics.render(&extra)
 }

@@ -19,7 +19,8 @@
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::keys::manifest_for;
-use crate::pipeline::Context;
+use crate::metrics::{Superseded, SupersededLabels};
+use crate::pipeline::{count_failure, Context};
 use bytes::Bytes;
 use pg_retention_format::{encode_frame, summarize_slice, verify_slice, Manifest};
 
@@ -48,11 +49,13 @@ pub struct Open {
     pub rewrite_key: String,
     /// The archive's objects expired: nothing is left to rewrite.
     pub expired: bool,
+    /// The archive's policy (the label its failures are counted under).
+    pub policy: String,
 }
 
 /// What a pass over the open supersessions did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Superseded {
+pub struct Done {
     /// Slices rewritten and their originals deleted.
     pub rewritten: u64,
     /// Supersessions with nothing to rewrite.
@@ -60,19 +63,30 @@ pub struct Superseded {
 }
 
 /// Processes every open supersession, oldest first; stops at the first failure.
-pub async fn pass(ctx: &Context) -> Result<Superseded> {
-    let mut done = Superseded::default();
+pub async fn pass(ctx: &Context) -> Result<Done> {
+    let mut done = Done::default();
     loop {
         let open = ctx.db.open_supersessions(ROUND).await?;
         if open.is_empty() {
             return Ok(done);
         }
         for s in &open {
-            if one(ctx, s).await? {
-                done.rewritten += 1;
-            } else {
-                done.unaffected += 1;
+            let outcome = match one(ctx, s).await {
+                Ok(true) => Superseded::Rewritten,
+                Ok(false) => Superseded::Unaffected,
+                Err(e) => {
+                    count_failure(&ctx.metrics, &s.policy, &e);
+                    return Err(e);
+                }
+            };
+            match outcome {
+                Superseded::Rewritten => done.rewritten += 1,
+                Superseded::Unaffected => done.unaffected += 1,
             }
+            ctx.metrics
+                .supersessions
+                .get_or_create(&SupersededLabels { outcome })
+                .inc();
         }
     }
 }

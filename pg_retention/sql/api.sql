@@ -537,9 +537,9 @@ BEGIN
             ELSIF NOT running THEN
                 r := array_append(r, 'worker not running for this database');
             END IF;
-            SELECT l.at, l.detail->>'outcome' AS outcome INTO last_run
-              FROM retention.ledger_entries l WHERE l.policy_id = p.id AND l.method = 'run'
-             ORDER BY l.id DESC LIMIT 1;
+            -- From the running totals: one row, whatever the ledger's size.
+            SELECT c.last_run_at AS at, c.last_outcome AS outcome INTO last_run
+              FROM retention.policy_counters c WHERE c.policy_id = p.id;
             IF last_run.at IS NULL THEN
                 IF (SELECT created_at FROM retention.policy_ids i WHERE i.id = p.id) < now() - 2 * naptime THEN
                     r := array_append(r, 'never ran in two naptimes');
@@ -822,6 +822,97 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
            ARRAY(SELECT b.id::text FROM retention.batches b WHERE b.state = 'claimed' ORDER BY 1)
 $fn$;
 
+-- ---- Metrics (docs/observability.md). ----
+
+-- A policy's gauges read from its table (api/metrics.rs); for a policy whose table cannot be
+-- read (its owner lost a privilege, the table is gone) none, and a WARNING saying why, so that
+-- one broken policy does not take every metric with it (retention.health() flags it).
+CREATE FUNCTION retention._policy_gauges_safe(policy_id bigint) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    RETURN retention._result(retention._policy_gauges(policy_id));
+EXCEPTION WHEN OTHERS THEN
+    RAISE WARNING 'pg_retention: no gauges for policy %: %', policy_id, SQLERRM;
+    RETURN '{}'::jsonb;
+END
+$fn$;
+
+-- Every metric of the database, one row per sample: name, labels, value, help, type. The
+-- definitions of every family live here; the archiver's /metrics (also in its metrics-only
+-- mode) and the exporter queries in deploy/ read this. Labels come from closed sets (policy
+-- names, reasons, the database): never keys, batch ids, digests or actors. Counters come from
+-- retention.policy_counters (one row per policy whatever the ledger's size); the oldest
+-- deletable row and an archive policy's backlog are read from each table as its policy's owner
+-- (retention._policy_gauges).
+CREATE FUNCTION retention.metrics()
+RETURNS TABLE (name text, labels jsonb, value float8, help text, type text)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    WITH p AS (
+        SELECT p.id, p.name AS policy, p.action, p.enabled,
+               extract(epoch FROM p.older_than)::float8 AS window_seconds,
+               s.rows_pruned_total, s.rows_archived_total, s.bytes_archived_total, s.batches_total,
+               s.hold_skips_total, s.cap_hits_total, s.partitions_dropped_total, s.paused_seconds_total,
+               s.errors_total, s.backlog,
+               greatest(s.last_success_at, s.last_archive_at) AS last_success_at,
+               retention._policy_gauges_safe(p.id) AS g
+          FROM retention.policies p JOIN retention.stats s ON s.policy = p.name),
+    f(name, type, help) AS (VALUES
+        ('pg_retention_policy_rows_deleted_total', 'counter', 'Rows deleted by the policy (batches and whole partitions).'),
+        ('pg_retention_policy_rows_archived_total', 'counter', 'Rows in the verified archives the policy''s deletes rest on.'),
+        ('pg_retention_policy_bytes_archived_total', 'counter', 'Bytes of the verified slices the policy''s deletes rest on.'),
+        ('pg_retention_policy_batches_total', 'counter', 'Delete batches of the policy.'),
+        ('pg_retention_policy_hold_skips_total', 'counter', 'Eligible rows kept by holds (or references) when a run or prune met them.'),
+        ('pg_retention_policy_cap_hits_total', 'counter', 'Runs that stopped at their row cap with eligible rows left.'),
+        ('pg_retention_policy_partitions_dropped_total', 'counter', 'Whole partitions dropped.'),
+        ('pg_retention_policy_paused_seconds_total', 'counter', 'Seconds sweeps waited for replicas or the WAL budget.'),
+        ('pg_retention_policy_errors_total', 'counter', 'Failed runs and batches, by reason.'),
+        ('pg_retention_policy_last_success_timestamp_seconds', 'gauge', 'Unix time of the last successful run or archived batch.'),
+        ('pg_retention_policy_backlog_rows', 'gauge', 'Deletable rows left: after the last run (delete policies), or now, counted up to 100000 (archive policies).'),
+        ('pg_retention_policy_oldest_eligible_age_seconds', 'gauge', 'Age of the oldest row the policy may delete now (0: none); beyond the window plus a grace, retention stalls.'),
+        ('pg_retention_policy_window_seconds', 'gauge', 'The policy''s older_than, in seconds.'),
+        ('pg_retention_policy_enabled', 'gauge', '1 when the policy is enabled.'),
+        ('pg_retention_worker_up', 'gauge', '1 while the database''s background worker runs.'),
+        ('pg_retention_worker_last_cycle_timestamp_seconds', 'gauge', 'Unix time the worker last finished a cycle.'),
+        ('pg_retention_worker_naptime_seconds', 'gauge', 'pg_retention.naptime: the worker''s time between cycles.'),
+        ('pg_retention_erasure_supersessions_pending', 'gauge', 'Archives an erasure still has to rewrite.'),
+        ('pg_retention_build_info', 'gauge', 'The extension''s version (always 1).')),
+    r(reason) AS (VALUES ('privilege'), ('conflict'), ('invalid'), ('archive_refused'), ('archive_failed'),
+                         ('lease_expired'), ('other')),
+    v(name, labels, value) AS (
+        SELECT 'pg_retention_policy_rows_deleted_total', jsonb_build_object('policy', policy), rows_pruned_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_rows_archived_total', jsonb_build_object('policy', policy), rows_archived_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_bytes_archived_total', jsonb_build_object('policy', policy), bytes_archived_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_batches_total', jsonb_build_object('policy', policy), batches_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_hold_skips_total', jsonb_build_object('policy', policy), hold_skips_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_cap_hits_total', jsonb_build_object('policy', policy), cap_hits_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_partitions_dropped_total', jsonb_build_object('policy', policy), partitions_dropped_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_paused_seconds_total', jsonb_build_object('policy', policy), paused_seconds_total FROM p
+        UNION ALL SELECT 'pg_retention_policy_errors_total', jsonb_build_object('policy', p.policy, 'reason', r.reason),
+                         coalesce((p.errors_total->>r.reason)::float8, 0) FROM p CROSS JOIN r
+        UNION ALL SELECT 'pg_retention_policy_last_success_timestamp_seconds', jsonb_build_object('policy', policy),
+                         extract(epoch FROM last_success_at)::float8 FROM p WHERE last_success_at IS NOT NULL
+        UNION ALL SELECT 'pg_retention_policy_backlog_rows', jsonb_build_object('policy', policy),
+                         CASE WHEN action = 'archive_then_delete' THEN (g->>'eligible_rows')::float8 ELSE backlog::float8 END
+                    FROM p WHERE CASE WHEN action = 'archive_then_delete' THEN g->>'eligible_rows' ELSE backlog::text END IS NOT NULL
+        UNION ALL SELECT 'pg_retention_policy_oldest_eligible_age_seconds', jsonb_build_object('policy', policy),
+                         (g->>'oldest_eligible_age_seconds')::float8 FROM p WHERE g->>'oldest_eligible_age_seconds' IS NOT NULL
+        UNION ALL SELECT 'pg_retention_policy_window_seconds', jsonb_build_object('policy', policy), window_seconds
+                    FROM p WHERE window_seconds IS NOT NULL
+        UNION ALL SELECT 'pg_retention_policy_enabled', jsonb_build_object('policy', policy), enabled::int::float8 FROM p
+        UNION ALL SELECT 'pg_retention_worker_up', jsonb_build_object('database', current_database()),
+                         coalesce((SELECT bool_or(w.running) FROM retention.workers w WHERE w.database = current_database()), false)::int::float8
+        UNION ALL SELECT 'pg_retention_worker_last_cycle_timestamp_seconds', jsonb_build_object('database', current_database()),
+                         extract(epoch FROM w.last_cycle_end)::float8
+                    FROM retention.workers w WHERE w.database = current_database() AND w.last_cycle_end IS NOT NULL
+        UNION ALL SELECT 'pg_retention_worker_naptime_seconds', jsonb_build_object('database', current_database()),
+                         extract(epoch FROM coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval)::float8
+        UNION ALL SELECT 'pg_retention_erasure_supersessions_pending', '{}'::jsonb,
+                         (SELECT count(*) FROM retention.supersessions s WHERE s.state IN ('pending', 'rewritten'))::float8
+        UNION ALL SELECT 'pg_retention_build_info', jsonb_build_object('version', retention.version()), 1)
+    SELECT v.name, v.labels, v.value, f.help, f.type FROM v JOIN f ON f.name = v.name
+     ORDER BY v.name, v.labels::text
+$fn$;
+
 -- ---- Erasure (api/erasure.rs, engine/erase.rs) and archive supersession (archive/supersede.rs;
 -- the archiver's archiver/src/supersede.rs). ----
 
@@ -873,12 +964,12 @@ $fn$;
 CREATE FUNCTION retention.open_supersessions(max int DEFAULT 100)
 RETURNS TABLE (id bigint, archive_id bigint, state text, request_ref text, object_key text,
                blake3 text, rows bigint, bytes bigint, replaced_key text, rewrite_key text,
-               requested_at text, expired boolean)
+               requested_at text, expired boolean, policy text)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT s.id, s.archive_id, s.state, s.request_ref, a.object_key, a.blake3, a.rows, a.bytes,
            s.replaced_key, retention._rewrite_key(a.original_key, s.id),
            to_char(s.requested_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-           a.expired_at IS NOT NULL
+           a.expired_at IS NOT NULL, a.policy
       FROM retention.supersessions s
       JOIN retention.archives a ON a.id = s.archive_id
      WHERE s.state IN ('pending', 'rewritten')
@@ -985,6 +1076,9 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
     retention.supersession_rewritten(bigint, text, text, text, bigint, bigint, text),
     retention.supersession_done(bigint, text), retention.archive_object_state(text)
     TO retention_archiver;
+-- Monitoring: retention.metrics() for pg_monitor (its members: postgres_exporter, sql_exporter),
+-- retention_admin and the archiver (its /metrics).
+GRANT EXECUTE ON FUNCTION retention.metrics() TO pg_monitor, retention_admin, retention_archiver;
 -- Erasure outranks holds, so it has its own role (not granted to retention_admin).
 GRANT EXECUTE ON FUNCTION retention.erase(regclass, text, text, text),
     retention._erase_step(regclass, text, text, text, int)

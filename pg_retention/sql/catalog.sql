@@ -23,6 +23,8 @@ $roles$;
 
 REVOKE ALL ON SCHEMA retention FROM PUBLIC;
 GRANT USAGE ON SCHEMA retention TO retention_admin, retention_archiver, retention_consumer, retention_eraser;
+-- Monitoring roles call retention.metrics() (granted in api.sql), and nothing else here.
+GRANT USAGE ON SCHEMA retention TO pg_monitor;
 
 -- A policy's identity. Its definition lives in policy_versions; the newest version is current.
 CREATE TABLE retention.policy_ids (
@@ -176,6 +178,31 @@ CREATE INDEX ledger_entries_erasure_request ON retention.ledger_entries ((detail
     WHERE method IN ('erasure', 'hold_collision', 'supersede');
 
 
+-- Per policy, running totals of its ledger entries, kept in the transaction that appends each
+-- one (retention._count_ledger and its trigger, ledger.sql). Derived from the ledger, so not dumped: a
+-- restore of the ledger counts its entries again as they are loaded.
+CREATE TABLE retention.policy_counters (
+    policy_id          bigint PRIMARY KEY,
+    rows_deleted       bigint NOT NULL DEFAULT 0,
+    batches            bigint NOT NULL DEFAULT 0,
+    rows_archived      bigint NOT NULL DEFAULT 0,
+    bytes_archived     bigint NOT NULL DEFAULT 0,
+    archives           bigint NOT NULL DEFAULT 0,
+    hold_skips         bigint NOT NULL DEFAULT 0,
+    cap_hits           bigint NOT NULL DEFAULT 0,
+    partitions_dropped bigint NOT NULL DEFAULT 0,
+    skipped_locked     bigint NOT NULL DEFAULT 0,
+    pauses             bigint NOT NULL DEFAULT 0,
+    paused_seconds     float8 NOT NULL DEFAULT 0,
+    errors             jsonb NOT NULL DEFAULT '{}',
+    last_run_at        timestamptz,
+    last_outcome       text,
+    last_success_at    timestamptz,
+    last_archive_at    timestamptz,
+    last_error_at      timestamptz,
+    last_error         text,
+    backlog            bigint
+);
 CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.ledger_entries
     FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.ledger_entries

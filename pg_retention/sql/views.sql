@@ -28,45 +28,39 @@ SELECT h.id, h.relation_name AS relation, h.predicate, h.reason, h.actor, h.plac
 FROM retention.hold_records h
 LEFT JOIN retention.hold_lifts l ON l.hold_id = h.id;
 
+-- rows_deleted: the rows an entry deleted (prune, orphan_sweep, drop_partition, erasure), 0 for
+-- every other method, so that its sum over a policy or a table is exactly the rows deleted
+-- (a run entry repeats the sum of its batches' rows; cap_reached and hold_skip count rows left).
 CREATE VIEW retention.ledger AS
 SELECT id, at, method, policy, policy_version, relation, rows, hold_ids, archive_id, actor,
-       run_id, detail
+       run_id, detail,
+       CASE WHEN method IN ('prune', 'orphan_sweep', 'drop_partition', 'erasure') THEN rows ELSE 0 END
+           AS rows_deleted
 FROM retention.ledger_entries;
 
--- Per current policy, figures derived from the ledger so they always add up with it.
+-- Per current policy, figures from the ledger's running totals (retention.policy_counters, kept
+-- in the transaction of each entry), so they always add up with it and cost one row to read.
 CREATE VIEW retention.stats AS
 SELECT p.name AS policy,
-       coalesce(agg.rows_pruned_total, 0)::bigint AS rows_pruned_total,
-       coalesce(agg.batches_total, 0)::bigint AS batches_total,
-       agg.last_run_at,
-       agg.last_success_at,
-       CASE WHEN err.at IS NOT NULL AND (agg.last_success_at IS NULL OR err.at > agg.last_success_at)
-            THEN err.message END AS last_error,
-       coalesce(agg.skipped_locked, 0)::bigint AS skipped_locked,
-       lastrun.backlog,
-       coalesce(agg.partitions_dropped_total, 0)::bigint AS partitions_dropped_total,
-       coalesce(agg.pauses_total, 0)::bigint AS pauses_total,
-       coalesce(agg.paused_seconds_total, 0)::float8 AS paused_seconds_total
+       coalesce(c.rows_deleted, 0) AS rows_pruned_total,
+       coalesce(c.batches, 0) AS batches_total,
+       c.last_run_at,
+       c.last_success_at,
+       CASE WHEN c.last_error_at IS NOT NULL AND (c.last_success_at IS NULL OR c.last_error_at > c.last_success_at)
+            THEN c.last_error END AS last_error,
+       coalesce(c.skipped_locked, 0) AS skipped_locked,
+       c.backlog,
+       coalesce(c.partitions_dropped, 0) AS partitions_dropped_total,
+       coalesce(c.pauses, 0) AS pauses_total,
+       coalesce(c.paused_seconds, 0)::float8 AS paused_seconds_total,
+       coalesce(c.rows_archived, 0) AS rows_archived_total,
+       coalesce(c.bytes_archived, 0) AS bytes_archived_total,
+       coalesce(c.hold_skips, 0) AS hold_skips_total,
+       coalesce(c.cap_hits, 0) AS cap_hits_total,
+       coalesce(c.errors, '{}') AS errors_total,
+       c.last_archive_at
 FROM retention.policies p
-LEFT JOIN LATERAL (
-    SELECT sum(l.rows) FILTER (WHERE l.method IN ('prune', 'orphan_sweep', 'drop_partition')) AS rows_pruned_total,
-           count(*) FILTER (WHERE l.method IN ('prune', 'orphan_sweep')) AS batches_total,
-           max(l.at) FILTER (WHERE l.method = 'run') AS last_run_at,
-           max(l.at) FILTER (WHERE l.method = 'run' AND l.detail->>'outcome' = 'ok') AS last_success_at,
-           count(*) FILTER (WHERE l.method = 'skip_locked') AS skipped_locked,
-           count(*) FILTER (WHERE l.method = 'drop_partition') AS partitions_dropped_total,
-           count(*) FILTER (WHERE l.method = 'pause') AS pauses_total,
-           sum((l.detail->>'seconds')::float8) FILTER (WHERE l.method = 'pause') AS paused_seconds_total
-    FROM retention.ledger_entries l WHERE l.policy_id = p.id
-) agg ON true
-LEFT JOIN LATERAL (
-    SELECT l.at, l.detail->>'error' AS message FROM retention.ledger_entries l
-    WHERE l.policy_id = p.id AND l.method = 'error' ORDER BY l.id DESC LIMIT 1
-) err ON true
-LEFT JOIN LATERAL (
-    SELECT (l.detail->>'backlog')::bigint AS backlog FROM retention.ledger_entries l
-    WHERE l.policy_id = p.id AND l.method = 'run' ORDER BY l.id DESC LIMIT 1
-) lastrun ON true;
+LEFT JOIN retention.policy_counters c ON c.policy_id = p.id;
 
 -- One table, one class: each governed table, whether its rows leave through verified archives
 -- (archive) or are deleted (delete), and the policies that govern it.

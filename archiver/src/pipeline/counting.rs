@@ -2,75 +2,70 @@
 //! reason.
 
 use crate::error::Error;
-use crate::metrics::Metrics;
+use crate::metrics::{BatchLabels, Metrics, Outcome, StoreLabels, StoreReason};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Counts an archived and pruned batch.
-pub fn count_archived(m: &Metrics, policy: &str, rows: u64, deleted: i64) {
-    m.add(
-        "pg_retention_archiver_batches_total",
-        &[("policy", policy), ("outcome", "archived")],
-        1.0,
-    );
-    m.add(
-        "pg_retention_archiver_rows_archived_total",
-        &[("policy", policy)],
-        rows as f64,
-    );
-    m.add(
-        "pg_retention_archiver_rows_deleted_total",
-        &[("policy", policy)],
-        deleted as f64,
-    );
+/// Counts an archived and pruned batch of `rows` rows and `bytes` bytes.
+pub fn count_archived(m: &Metrics, policy: &str, rows: u64, bytes: u64, deleted: i64) {
+    m.batches
+        .get_or_create(&BatchLabels {
+            policy: policy.to_owned(),
+            outcome: Outcome::Archived,
+        })
+        .inc();
+    let p = Metrics::policy(policy);
+    m.rows_archived.get_or_create(&p).inc_by(rows);
+    m.bytes_archived.get_or_create(&p).inc_by(bytes);
+    m.rows_deleted
+        .get_or_create(&p)
+        .inc_by(deleted.max(0) as u64);
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0);
-    m.set(
-        "pg_retention_archiver_last_success_timestamp_seconds",
-        &[("policy", policy)],
-        now,
-    );
+    m.last_success.get_or_create(&p).set(now);
 }
 
 /// The batch metric's outcome label for a batch that failed with `e`.
-fn outcome(e: &Error) -> &'static str {
+fn outcome(e: &Error) -> Outcome {
     match e {
-        Error::Refused { .. } => "refused",
-        Error::ForeignOccupant { .. } | Error::Verify { .. } => "released",
-        _ => "failed",
+        Error::Refused { .. } => Outcome::Refused,
+        Error::ForeignOccupant { .. } | Error::Verify { .. } => Outcome::Released,
+        _ => Outcome::Failed,
+    }
+}
+
+/// Counts a failure of `e` in work for `policy` (a batch's, or a supersession's with no batch).
+pub fn count_failure(m: &Metrics, policy: &str, e: &Error) {
+    if let Error::Verify { .. } = e {
+        m.verify_failures
+            .get_or_create(&Metrics::policy(policy))
+            .inc();
+    }
+    let store_reason = match e {
+        Error::Store(_) => Some(StoreReason::Request),
+        Error::ForeignOccupant { .. } => Some(StoreReason::ForeignOccupant),
+        _ => None,
+    };
+    if let Some(reason) = store_reason {
+        m.store_failures
+            .get_or_create(&StoreLabels { reason })
+            .inc();
     }
 }
 
 /// Counts a batch that failed with `e`.
-pub fn count_failure(m: &Metrics, policy: &str, e: &Error) {
-    if let Error::Verify { .. } = e {
-        m.add(
-            "pg_retention_archiver_verify_failures_total",
-            &[("policy", policy)],
-            1.0,
-        );
-    }
-    let store_reason = match e {
-        Error::Store(_) => Some("request"),
-        Error::ForeignOccupant { .. } => Some("foreign_occupant"),
-        _ => None,
-    };
-    if let Some(reason) = store_reason {
-        m.add(
-            "pg_retention_archiver_store_failures_total",
-            &[("reason", reason)],
-            1.0,
-        );
-    }
-    m.add(
-        "pg_retention_archiver_batches_total",
-        &[("policy", policy), ("outcome", outcome(e))],
-        1.0,
-    );
+pub fn count_batch_failure(m: &Metrics, policy: &str, e: &Error) {
+    count_failure(m, policy, e);
+    m.batches
+        .get_or_create(&BatchLabels {
+            policy: policy.to_owned(),
+            outcome: outcome(e),
+        })
+        .inc();
 }
 
-/// The reason a failed batch is released with: a refusal is the extension's own word.
+/// The reason a failed batch is released with (ledgered).
 pub fn release_reason(e: &Error) -> String {
     match e {
         Error::Refused { .. } => format!("refused: {e}"),
@@ -83,7 +78,7 @@ mod tests {
     use super::*;
 
     fn sample(m: &Metrics, line_start: &str) -> Option<f64> {
-        m.render(&[])
+        m.render()
             .lines()
             .find(|l| l.starts_with(line_start))
             .and_then(|l| l.rsplit(' ').next())
@@ -111,7 +106,7 @@ mod tests {
             source: "503".into(),
         });
         for e in [&refused, &foreign, &verify, &io, &request] {
-            count_failure(&m, "p", e);
+            count_batch_failure(&m, "p", e);
         }
         let batches = |o: &str| {
             sample(
@@ -148,10 +143,10 @@ mod tests {
     }
 
     #[test]
-    fn an_archived_batch_counts_rows_deleted_and_its_time() {
+    fn an_archived_batch_counts_rows_bytes_deleted_and_its_time() {
         let m = Metrics::default();
-        count_archived(&m, "p", 10, 7);
-        count_archived(&m, "p", 5, 5);
+        count_archived(&m, "p", 10, 1000, 7);
+        count_archived(&m, "p", 5, 500, 5);
         assert_eq!(
             sample(
                 &m,
@@ -165,6 +160,13 @@ mod tests {
                 "pg_retention_archiver_rows_archived_total{policy=\"p\"}"
             ),
             Some(15.0)
+        );
+        assert_eq!(
+            sample(
+                &m,
+                "pg_retention_archiver_bytes_archived_total{policy=\"p\"}"
+            ),
+            Some(1500.0)
         );
         assert_eq!(
             sample(&m, "pg_retention_archiver_rows_deleted_total{policy=\"p\"}"),

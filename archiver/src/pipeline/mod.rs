@@ -11,11 +11,13 @@ use crate::config::Settings;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::fault;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Stage};
 use crate::store::Store;
 use bytes::Bytes;
-use counting::{count_archived, count_failure, release_reason};
+pub use counting::count_failure;
+use counting::{count_archived, count_batch_failure, release_reason};
 use std::sync::Arc;
+use std::time::Instant;
 use write::{write_checked, Written};
 
 mod counting;
@@ -57,6 +59,8 @@ pub struct Verified {
     /// at once would only read the table's unexpired rows again for the few that aged since.
     pub more: bool,
     extender: tokio::task::JoinHandle<()>,
+    /// How long writing, reading back and verifying took (observed once the batch is pruned).
+    took: write::Took,
 }
 
 /// Claims a batch of `policy`, writes its slice and manifest and reads them back. None when
@@ -64,6 +68,7 @@ pub struct Verified {
 /// must be false while another batch of ours is in flight, or it would hand back that one.
 pub async fn prepare(ctx: &Context, policy: &str, resume: bool) -> Result<Option<Verified>> {
     let s = &ctx.settings;
+    let started = Instant::now();
     let Some(crate::db::Claim { batch, slice, more }) = ctx
         .db
         .claim(policy, s.batch_rows, s.lease, &s.owner, resume)
@@ -71,11 +76,14 @@ pub async fn prepare(ctx: &Context, policy: &str, resume: bool) -> Result<Option
     else {
         return Ok(None);
     };
+    ctx.metrics
+        .observe(Stage::Claim, started.elapsed().as_secs_f64());
     tracing::info!(policy, batch = %batch, "claimed a batch");
     fault::point("after-claim");
     let extender = spawn_lease_extender(ctx, policy, &batch);
     match write_and_verify(ctx, policy, &batch, Bytes::from(slice)).await {
         Ok(w) => Ok(Some(Verified {
+            took: w.took,
             policy: policy.to_owned(),
             batch,
             key: w.key,
@@ -100,6 +108,7 @@ pub async fn finish(ctx: &Context, v: Verified) -> Result<Pruned> {
         tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     }
     let (policy, batch) = (v.policy.as_str(), v.batch.as_str());
+    let started = Instant::now();
     let result = ctx
         .prune_db
         .complete(
@@ -121,7 +130,12 @@ pub async fn finish(ctx: &Context, v: Verified) -> Result<Pruned> {
                 deleted,
                 "batch verified and pruned"
             );
-            count_archived(&ctx.metrics, policy, v.rows, deleted);
+            let m = &ctx.metrics;
+            m.observe(Stage::Write, v.took.write.as_secs_f64());
+            m.observe(Stage::ReadBack, v.took.read_back.as_secs_f64());
+            m.observe(Stage::Verify, v.took.verify.as_secs_f64());
+            m.observe(Stage::Prune, started.elapsed().as_secs_f64());
+            count_archived(m, policy, v.rows, v.bytes, deleted);
             Ok(Pruned {
                 rows: v.rows,
                 deleted,
@@ -154,7 +168,7 @@ pub async fn overlapped(
 /// Counts a failed batch and releases it (best effort: when the database is unreachable the
 /// lease runs out instead).
 async fn failed(ctx: &Context, db: &Db, policy: &str, batch: &str, e: &Error) {
-    count_failure(&ctx.metrics, policy, e);
+    count_batch_failure(&ctx.metrics, policy, e);
     match db.release(batch, &release_reason(e)).await {
         Ok(_) => {
             tracing::warn!(policy, batch = %batch, error = %e, "batch released; nothing was deleted")
@@ -180,11 +194,12 @@ fn spawn_lease_extender(ctx: &Context, policy: &str, batch: &str) -> tokio::task
         loop {
             tokio::time::sleep(every).await;
             match db.extend_lease(&batch, lease).await {
-                Ok(()) => metrics.add(
-                    "pg_retention_archiver_lease_extensions_total",
-                    &[("policy", policy.as_str())],
-                    1.0,
-                ),
+                Ok(()) => {
+                    metrics
+                        .lease_extensions
+                        .get_or_create(&Metrics::policy(&policy))
+                        .inc();
+                }
                 Err(e) => tracing::warn!(batch = %batch, error = %e, "could not extend the lease"),
             }
         }

@@ -7,6 +7,7 @@ use crate::keys::{manifest_key, slice_key};
 use crate::store::Store;
 use bytes::Bytes;
 use pg_retention_format::{check_slice, count_frames, Manifest};
+use std::time::{Duration, Instant};
 
 /// What the prune needs from a written and verified slice.
 #[derive(Debug, PartialEq, Eq)]
@@ -19,6 +20,19 @@ pub struct Written {
     pub rows: u64,
     /// Its bytes.
     pub bytes: u64,
+    /// How long writing, reading back and verifying took.
+    pub took: Took,
+}
+
+/// How long the stages of [`write_checked`] took.
+#[derive(Debug, Default, PartialEq, Eq, Clone, Copy)]
+pub struct Took {
+    /// Writing the slice and manifest.
+    pub write: Duration,
+    /// Reading both back.
+    pub read_back: Duration,
+    /// Checking what was read back.
+    pub verify: Duration,
 }
 
 /// Checks the slice the extension rendered against its manifest, completes the manifest with
@@ -55,49 +69,66 @@ pub async fn write_checked(
         store.overwrite(&skey, fault::first_half(&slice)).await?;
         fault::point("mid-upload");
     }
+    if fault::armed_once("occupy-once") {
+        // Another writer's object at the first batch's key.
+        store
+            .overwrite(&skey, Bytes::from_static(b"not ours"))
+            .await?;
+    }
+    let started = Instant::now();
     let written = store.put_create(&skey, slice.clone()).await?;
     store.put_create(&mkey, manifest_bytes.clone()).await?;
+    let write = started.elapsed();
     tracing::info!(policy, batch, key = %skey, rows, bytes, resumed = (written != crate::store::Written::Created), "slice written");
     fault::point("after-upload");
-    if fault::armed("corrupt-after-upload") {
+    if fault::armed("corrupt-after-upload") || fault::armed_once("corrupt-once-after-upload") {
         store
             .overwrite(&skey, fault::flip_middle_bit(&slice))
             .await?;
     }
-    verify_written(store, &skey, &mkey, &manifest, &manifest_bytes).await?;
+    let (read_back, verify) =
+        verify_written(store, &skey, &mkey, &manifest, &manifest_bytes).await?;
     fault::point("after-verify");
     Ok(Written {
         key: skey,
         digest,
         rows,
         bytes,
+        took: Took {
+            write,
+            read_back,
+            verify,
+        },
     })
 }
 
 /// Reads both objects back: the slice must decode and hash to the manifest's digest and counts,
-/// and the manifest must be byte-identical to ours.
+/// and the manifest must be byte-identical to ours. How long reading and checking took.
 async fn verify_written(
     store: &Store,
     skey: &str,
     mkey: &str,
     manifest: &Manifest,
     manifest_bytes: &Bytes,
-) -> Result<()> {
+) -> Result<(Duration, Duration)> {
+    let started = Instant::now();
     let back = store.get(skey).await?;
+    let mback = store.get(mkey).await?;
+    let read_back = started.elapsed();
+    let started = Instant::now();
     check_slice(&back, &manifest.blake3, manifest.rows, manifest.bytes).map_err(|e| {
         Error::Verify {
             key: skey.to_owned(),
             reason: e.to_string(),
         }
     })?;
-    let mback = store.get(mkey).await?;
     if mback != manifest_bytes {
         return Err(Error::Verify {
             key: mkey.to_owned(),
             reason: "the manifest read back differs".into(),
         });
     }
-    Ok(())
+    Ok((read_back, started.elapsed()))
 }
 
 #[cfg(test)]
@@ -164,6 +195,7 @@ mod tests {
                 digest: m.blake3.clone(),
                 rows: 3,
                 bytes: slice.len() as u64,
+                took: w.took,
             }
         );
         assert_eq!(store.get(&w.key).await.unwrap(), slice);

@@ -75,6 +75,7 @@ BEGIN
 END
 $eraser$;
 GRANT USAGE ON SCHEMA retention TO retention_eraser;
+GRANT USAGE ON SCHEMA retention TO pg_monitor;
 CREATE INDEX ledger_entries_erasure_request ON retention.ledger_entries ((detail->>'request_ref'))
     WHERE method IN ('erasure', 'hold_collision', 'supersede');
 CREATE TABLE retention.supersessions (
@@ -119,9 +120,34 @@ DECLARE
 BEGIN
     FOR f IN SELECT p.oid::regprocedure AS sig, p.prokind FROM pg_catalog.pg_proc p
               WHERE p.pronamespace = 'retention'::regnamespace
-                AND p.proname NOT IN ('_refuse_change', '_fixpoint_guard')
+                AND p.proname NOT IN ('_refuse_change', '_fixpoint_guard', '_count_ledger_entries')
     LOOP
         EXECUTE format('DROP %s %s', CASE f.prokind WHEN 'p' THEN 'PROCEDURE' ELSE 'FUNCTION' END, f.sig);
     END LOOP;
 END
 $drop$;
+
+-- The ledger's running totals (retention.policy_counters): the entries written before 0.5.0
+-- are counted once, in order, by the function the trigger calls for every new one.
+CREATE TABLE retention.policy_counters (
+    policy_id          bigint PRIMARY KEY,
+    rows_deleted       bigint NOT NULL DEFAULT 0,
+    batches            bigint NOT NULL DEFAULT 0,
+    rows_archived      bigint NOT NULL DEFAULT 0,
+    bytes_archived     bigint NOT NULL DEFAULT 0,
+    archives           bigint NOT NULL DEFAULT 0,
+    hold_skips         bigint NOT NULL DEFAULT 0,
+    cap_hits           bigint NOT NULL DEFAULT 0,
+    partitions_dropped bigint NOT NULL DEFAULT 0,
+    skipped_locked     bigint NOT NULL DEFAULT 0,
+    pauses             bigint NOT NULL DEFAULT 0,
+    paused_seconds     float8 NOT NULL DEFAULT 0,
+    errors             jsonb NOT NULL DEFAULT '{}',
+    last_run_at        timestamptz,
+    last_outcome       text,
+    last_success_at    timestamptz,
+    last_archive_at    timestamptz,
+    last_error_at      timestamptz,
+    last_error         text,
+    backlog            bigint
+);

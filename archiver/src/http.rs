@@ -1,0 +1,191 @@
+//! The HTTP side, on axum: `GET /metrics`, `GET /healthz`, `GET /readyz` — exact paths (any
+//! other is 404) and methods (any other is 405), at most [`MAX_IN_FLIGHT`] requests at a time
+//! (more wait), each answered within [`REQUEST_TIMEOUT`]. The database is read over a
+//! connection of its own, never the one batches use, with a statement timeout. `run` serves
+//! this beside its archiving; `serve-metrics` serves it alone, for databases without archive
+//! policies (the database's metrics, `retention.metrics()`, are the same).
+
+use crate::config::Settings;
+use crate::db::Db;
+use crate::error::{Error, Result};
+use crate::metrics::{self, DbSample, Metrics};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+/// Requests served at once; more wait their turn.
+pub const MAX_IN_FLIGHT: usize = 4;
+
+/// A request's budget, database read included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The statement timeout of the metrics connection.
+const STATEMENT_TIMEOUT: &str = "5s";
+
+/// What the endpoints read.
+pub struct Probe {
+    settings: Settings,
+    /// The archiver's own metrics (none in `serve-metrics`).
+    metrics: Option<Arc<Metrics>>,
+    /// The connection for /metrics and /readyz, opened on first use and again after a failure.
+    db: Mutex<Option<Db>>,
+    /// Whether the process can do its work (`run`: its batch connections are open).
+    live: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl Probe {
+    /// A probe for `settings`, with the archiver's `metrics` and its liveness check.
+    pub fn new(
+        settings: Settings,
+        metrics: Option<Arc<Metrics>>,
+        live: Box<dyn Fn() -> bool + Send + Sync>,
+    ) -> Probe {
+        Probe {
+            settings,
+            metrics,
+            db: Mutex::new(None),
+            live,
+        }
+    }
+
+    /// Runs `read` on the metrics connection (opened when there is none); a failure closes it,
+    /// so the next request connects again.
+    async fn with_db<T>(
+        &self,
+        read: impl for<'a> FnOnce(&'a Db) -> futures::future::BoxFuture<'a, Result<T>>,
+    ) -> Result<T> {
+        let mut slot = self.db.lock().await;
+        if slot.as_ref().is_none_or(Db::is_closed) {
+            let db = Db::connect(&self.settings).await?;
+            db.client()
+                .batch_execute(&format!(
+                    "SET statement_timeout = '{STATEMENT_TIMEOUT}'; SET application_name = 'pg-retention-archiver metrics'"
+                ))
+                .await?;
+            *slot = Some(db);
+        }
+        let db = slot
+            .as_ref()
+            .ok_or_else(|| Error::Refusal("no metrics connection".into()))?;
+        let result = read(db).await;
+        if result.is_err() {
+            *slot = None;
+        }
+        result
+    }
+}
+
+async fn metrics_endpoint(State(probe): State<Arc<Probe>>) -> impl IntoResponse {
+    let mut body = probe
+        .metrics
+        .as_ref()
+        .map(|m| m.render())
+        .unwrap_or_default();
+    let samples = probe
+        .with_db(|db| Box::pin(db.metrics()))
+        .await
+        .inspect_err(|e| tracing::warn!(error = %e, "cannot read retention.metrics()"));
+    let reachable = samples.is_ok();
+    metrics::render_database(&mut body, samples.as_deref().unwrap_or_default());
+    metrics::render_database(
+        &mut body,
+        &[DbSample {
+            name: "pg_retention_archiver_database_reachable".into(),
+            labels: vec![],
+            value: f64::from(u8::from(reachable)),
+            help: "1 when this scrape could read retention.metrics().".into(),
+            kind: "gauge".into(),
+        }],
+    );
+    metrics::finish(&mut body);
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body)
+}
+
+async fn healthz(State(probe): State<Arc<Probe>>) -> impl IntoResponse {
+    if (probe.live)() {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "a database connection of the archiver is lost\n",
+        )
+    }
+}
+
+async fn readyz(State(probe): State<Arc<Probe>>) -> impl IntoResponse {
+    let ready = probe
+        .with_db(|db| {
+            Box::pin(async move {
+                db.client().simple_query("SELECT 1").await?;
+                Ok(())
+            })
+        })
+        .await;
+    match ready {
+        Ok(()) if (probe.live)() => (StatusCode::OK, "ready\n".to_owned()),
+        Ok(()) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "a database connection of the archiver is lost\n".to_owned(),
+        ),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the database is not reachable: {e}\n"),
+        ),
+    }
+}
+
+/// The routes.
+pub fn router(probe: Arc<Probe>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_endpoint))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(probe)
+        .layer(tower::limit::ConcurrencyLimitLayer::new(MAX_IN_FLIGHT))
+        .layer(axum::middleware::from_fn(with_timeout))
+}
+
+async fn with_timeout(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "timed out\n").into_response(),
+    }
+}
+
+/// Binds `settings.metrics_addr` (an error if it cannot).
+pub async fn bind(settings: &Settings) -> Result<tokio::net::TcpListener> {
+    let addr = &settings.metrics_addr;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::Config(format!("cannot serve metrics on {addr}: {e}")))?;
+    tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
+    Ok(listener)
+}
+
+/// Serves until `shutdown` is cancelled.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    probe: Arc<Probe>,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    axum::serve(listener, router(probe))
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await?;
+    Ok(())
+}
+
+/// `serve-metrics`: the endpoints alone, until SIGTERM or SIGINT.
+pub async fn serve_metrics(settings: Settings, shutdown: CancellationToken) -> Result<()> {
+    let listener = bind(&settings).await?;
+    let probe = Arc::new(Probe::new(settings, None, Box::new(|| true)));
+    serve(listener, probe, shutdown).await
+}
