@@ -1,6 +1,7 @@
 //! The HTTP side, on axum: `GET /metrics`, `GET /healthz`, `GET /readyz` — exact paths (any
-//! other is 404) and methods (any other is 405), at most [`MAX_IN_FLIGHT`] requests at a time
-//! (more wait), each answered within [`REQUEST_TIMEOUT`]. The database is read over a
+//! other is 404) and methods (any other is 405), at most [`MAX_CONNECTIONS`] connections open
+//! (more wait in the kernel's backlog) and [`MAX_IN_FLIGHT`] requests at a time (more wait),
+//! each answered within [`REQUEST_TIMEOUT`]. The database is read over a
 //! connection of its own, never the one batches use, with a statement timeout. `run` serves
 //! this beside its archiving; `serve-metrics` serves it alone, for databases without archive
 //! policies (the database's metrics, `retention.metrics()`, are the same).
@@ -14,13 +15,19 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// Requests served at once; more wait their turn.
 pub const MAX_IN_FLIGHT: usize = 4;
+
+/// Connections open at once (a scraper keeps one open); more are accepted as others close.
+pub const MAX_CONNECTIONS: usize = 16;
 
 /// A request's budget, database read included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -171,12 +178,81 @@ pub async fn bind(settings: &Settings) -> Result<tokio::net::TcpListener> {
     Ok(listener)
 }
 
+/// A listener that accepts a connection only while fewer than [`MAX_CONNECTIONS`] are open.
+struct Bounded {
+    inner: tokio::net::TcpListener,
+    permits: Arc<Semaphore>,
+}
+
+/// An accepted connection, holding its place until it is dropped.
+struct Connection {
+    stream: tokio::net::TcpStream,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+impl axum::serve::Listener for Bounded {
+    type Io = Connection;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Connection, std::net::SocketAddr) {
+        // The semaphore is never closed: acquiring only waits.
+        let permit = match Arc::clone(&self.permits).acquire_owned().await {
+            Ok(permit) => permit,
+            Err(_) => std::future::pending().await,
+        };
+        let (stream, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        (
+            Connection {
+                stream,
+                _permit: permit,
+            },
+            addr,
+        )
+    }
+
+    fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
 /// Serves until `shutdown` is cancelled.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     probe: Arc<Probe>,
     shutdown: CancellationToken,
 ) -> Result<()> {
+    let listener = Bounded {
+        inner: listener,
+        permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+    };
     axum::serve(listener, router(probe))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await?;

@@ -488,6 +488,31 @@ fn prometheus_scrapes_the_archiver_and_the_exporter_finds_every_family_and_fires
         assert!(exposition.contains(db_family), "{db_family}");
     }
 
+    // At most 16 connections: a 17th waits until one of them closes.
+    let idle: Vec<std::net::TcpStream> = (0..16)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", archiver_port)).unwrap())
+        .collect();
+    let mut waiting = std::net::TcpStream::connect(("127.0.0.1", archiver_port)).unwrap();
+    waiting
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    write!(waiting, "GET /healthz HTTP/1.0\r\n\r\n").unwrap();
+    let mut first = [0u8; 12];
+    assert!(
+        waiting.read(&mut first).is_err(),
+        "a 17th connection is not served while 16 are open"
+    );
+    drop(idle);
+    waiting
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = waiting.read_to_string(&mut answer);
+    assert!(
+        answer.starts_with("HTTP/1.") && answer.contains(" 200 "),
+        "{answer}"
+    );
+
     // serve-metrics: the database's families alone.
     let _serve = spawn(
         a.clone()

@@ -1,7 +1,7 @@
 //! `retention.hold_records` and `retention.hold_lifts`: legal holds, placed and lifted by
 //! appending, never changed; and the fence that lets a hold placed mid-batch win.
 
-use crate::catalog::query_json;
+use crate::catalog::{query_json, query_json_kept};
 use crate::error::{returned_nothing, Result, RetentionError};
 use pgrx::prelude::*;
 
@@ -27,7 +27,7 @@ pub struct Hold {
 /// The holds in force on the rows of `relation` right now: its own, those of the partitioned
 /// tables above it, and those of the partitions below it (`retention._tree_of`).
 pub fn active_holds(relation: u32) -> Result<Vec<Hold>> {
-    let holds: Option<Vec<Hold>> = query_json(
+    let holds: Option<Vec<Hold>> = query_json_kept(
         "SELECT coalesce(jsonb_agg(jsonb_build_object(
                     'id', h.id, 'predicate', h.predicate, 'placer', h.placed_by::bigint,
                     'relation', format('%I.%I', n.nspname, c.relname),
@@ -45,6 +45,7 @@ pub fn active_holds(relation: u32) -> Result<Vec<Hold>> {
            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
           WHERE h.relation::oid IN (SELECT retention._tree_of($1::bigint::oid))
             AND NOT EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = h.id)",
+        &[pgrx::PgOid::BuiltIn(pg_sys::BuiltinOid::INT8OID)],
         &[i64::from(relation).into()],
     )?;
     holds.ok_or_else(|| returned_nothing("reading holds"))

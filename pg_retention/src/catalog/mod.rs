@@ -35,7 +35,22 @@ pub fn query_json<T: DeserializeOwned>(
     sql: &str,
     args: &[pgrx::datum::DatumWithOid<'_>],
 ) -> Result<Option<T>> {
-    match optional_one::<pgrx::JsonB, _>(sql, args)? {
+    decode(optional_one::<pgrx::JsonB, _>(sql, args)?)
+}
+
+/// [`query_json`] for a constant statement read often (a policy, a table's description, its
+/// holds): planned once per backend and kept (`prepared::cached`), its arguments of `types`.
+pub fn query_json_kept<T: DeserializeOwned>(
+    sql: &str,
+    types: &[pgrx::PgOid],
+    args: &[pgrx::datum::DatumWithOid<'_>],
+) -> Result<Option<T>> {
+    let plan = prepared::cached(sql, types, false)?;
+    decode(optional_one::<pgrx::JsonB, _>(&*plan, args)?)
+}
+
+fn decode<T: DeserializeOwned>(value: Option<pgrx::JsonB>) -> Result<Option<T>> {
+    match value {
         None => Ok(None),
         Some(j) if j.0.is_null() => Ok(None),
         Some(j) => serde_json::from_value(j.0).map(Some).map_err(|e| {

@@ -1,6 +1,6 @@
 //! Policies as the engine sees them: the spec an operator gives, and the stored current version.
 
-use crate::catalog::{prepared, query_json};
+use crate::catalog::{prepared, query_json, query_json_kept};
 use crate::error::{returned_nothing, Result, RetentionError};
 use pgrx::pg_sys::BuiltinOid;
 use pgrx::prelude::*;
@@ -367,13 +367,21 @@ impl Policy {
 
     /// The live policy named `name`.
     pub fn by_name(name: &str) -> Result<Policy> {
-        query_json(&format!("{} p.name = $1) x", current()), &[name.into()])?
-            .ok_or_else(|| RetentionError::UnknownPolicy(name.to_owned()))
+        query_json_kept(
+            &format!("{} p.name = $1) x", current()),
+            &[PgOid::BuiltIn(BuiltinOid::TEXTOID)],
+            &[name.into()],
+        )?
+        .ok_or_else(|| RetentionError::UnknownPolicy(name.to_owned()))
     }
 
     /// The live policy with id `id`, if it still exists.
     pub fn by_id(id: i64) -> Result<Option<Policy>> {
-        query_json(&format!("{} p.id = $1) x", current()), &[id.into()])
+        query_json_kept(
+            &format!("{} p.id = $1) x", current()),
+            &[PgOid::BuiltIn(BuiltinOid::INT8OID)],
+            &[id.into()],
+        )
     }
 }
 

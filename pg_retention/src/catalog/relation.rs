@@ -1,6 +1,6 @@
 //! What the engine needs to know about a governed table, read from the system catalogs.
 
-use crate::catalog::query_json;
+use crate::catalog::query_json_kept;
 use crate::error::{Result, RetentionError};
 use crate::sql_text::ident;
 use serde::Deserialize;
@@ -101,7 +101,12 @@ fn gone(oid: u32, name: &str) -> RetentionError {
 impl RelationInfo {
     /// Describes the table with oid `oid`, or says it no longer exists.
     pub fn load(oid: u32, name_for_errors: &str) -> Result<RelationInfo> {
-        query_json(DESCRIBE, &[i64::from(oid).into()])?.ok_or_else(|| gone(oid, name_for_errors))
+        query_json_kept(
+            DESCRIBE,
+            &[pgrx::PgOid::BuiltIn(pgrx::pg_sys::BuiltinOid::INT8OID)],
+            &[i64::from(oid).into()],
+        )?
+        .ok_or_else(|| gone(oid, name_for_errors))
     }
 
     /// The row type of the table with oid `oid` alone, for a check that runs for every row
