@@ -614,6 +614,26 @@ scrape_configs:
         }
     }
     assert!(missing.is_empty(), "not in Prometheus: {missing:?}");
+    // Every query of the Grafana dashboard is one Prometheus accepts and answers.
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/pg_retention.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(|e| e.replace("$policy", ".*")))
+        .collect();
+    assert!(exprs.len() >= 8);
+    for e in &exprs {
+        let answer = query(e);
+        assert!(answer.contains("\"status\":\"success\""), "{e}: {answer}");
+    }
     // outbox never runs: PgRetentionStalled fires for it.
     let firing = wait_for(60, || {
         let alerts = get(prometheus_port, "/api/v1/alerts").1;
