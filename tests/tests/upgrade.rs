@@ -156,6 +156,36 @@ fn an_upgraded_0_1_0_database_keeps_every_row_works_and_equals_a_fresh_install()
         before,
         "every row kept, unchanged"
     );
+    // The entries written before 0.5.0 are counted into its running totals (the tail of the
+    // upgrade script), as the ledger adds them up.
+    let figures = |db: &mut Client, sql: &str| -> Vec<(i64, i64, i64, i64, Option<String>)> {
+        db.query(sql, &[])
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+            .collect()
+    };
+    let counted = figures(
+        &mut db,
+        "SELECT policy_id, rows_deleted, batches, hold_skips, last_run_at::text
+           FROM retention.policy_counters ORDER BY 1",
+    );
+    assert!(
+        !counted.is_empty(),
+        "the past release's entries are counted"
+    );
+    assert_eq!(
+        counted,
+        figures(
+            &mut db,
+            "SELECT policy_id,
+                    coalesce(sum(rows) FILTER (WHERE method IN ('prune', 'orphan_sweep', 'drop_partition')), 0)::bigint,
+                    count(*) FILTER (WHERE method IN ('prune', 'orphan_sweep')),
+                    coalesce(sum(rows) FILTER (WHERE method = 'hold_skip'), 0)::bigint,
+                    max(at) FILTER (WHERE method = 'run')::text
+               FROM retention.ledger_entries WHERE policy_id IS NOT NULL GROUP BY 1 ORDER BY 1",
+        )
+    );
 
     // Every function works on the upgraded data: the hold placed at 0.1.0 still protects,
     // sweeps, preview, holds, health, and the current archiver finishes the audit table and
