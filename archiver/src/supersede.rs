@@ -72,8 +72,7 @@ pub async fn pass(ctx: &Context) -> Result<Done> {
         }
         for s in &open {
             let outcome = match one(ctx, s).await {
-                Ok(true) => Superseded::Rewritten,
-                Ok(false) => Superseded::Unaffected,
+                Ok(outcome) => outcome,
                 Err(e) => {
                     count_failure(&ctx.metrics, &s.policy, &e);
                     return Err(e);
@@ -91,9 +90,9 @@ pub async fn pass(ctx: &Context) -> Result<Done> {
     }
 }
 
-/// Finishes supersession `s`: true when a rewrite replaced the archive's object, false when it
-/// had nothing to rewrite.
-async fn one(ctx: &Context, s: &Open) -> Result<bool> {
+/// Finishes supersession `s`: rewritten when a rewrite replaced the archive's object,
+/// unaffected when it had nothing to rewrite.
+async fn one(ctx: &Context, s: &Open) -> Result<Superseded> {
     let owner = ctx.settings.owner.as_str();
     if s.state == "rewritten" {
         let replaced = s.replaced_key.as_deref().ok_or_else(|| {
@@ -103,13 +102,13 @@ async fn one(ctx: &Context, s: &Open) -> Result<bool> {
             ))
         })?;
         destroy(ctx, s.id, replaced, owner).await?;
-        return Ok(true);
+        return Ok(Superseded::Rewritten);
     }
     if s.expired {
         ctx.db
             .supersession_unaffected(s.id, "the archive's objects expired")
             .await?;
-        return Ok(false);
+        return Ok(Superseded::Unaffected);
     }
     // 1. The archive as the index has it.
     let slice = ctx.store.get(&s.object_key).await?;
@@ -141,7 +140,7 @@ async fn one(ctx: &Context, s: &Open) -> Result<bool> {
         ctx.db
             .supersession_unaffected(s.id, "no archived row matched")
             .await?;
-        return Ok(false);
+        return Ok(Superseded::Unaffected);
     }
     erased.sort_unstable();
     // 3. The slice without them, and its manifest.
@@ -200,7 +199,7 @@ async fn one(ctx: &Context, s: &Open) -> Result<bool> {
     );
     // 6. Destroy.
     destroy(ctx, s.id, &s.object_key, owner).await?;
-    Ok(true)
+    Ok(Superseded::Rewritten)
 }
 
 /// Deletes the slice `replaced` and its manifest, then records the supersession done.

@@ -864,7 +864,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         ('pg_retention_policy_hold_skips_total', 'counter', 'Eligible rows kept by holds (or references) when a run or prune met them.'),
         ('pg_retention_policy_cap_hits_total', 'counter', 'Runs that stopped at their row cap with eligible rows left.'),
         ('pg_retention_policy_partitions_dropped_total', 'counter', 'Whole partitions dropped.'),
-        ('pg_retention_policy_paused_seconds_total', 'counter', 'Seconds sweeps waited for replicas or the WAL budget.'),
+        ('pg_retention_policy_paused_seconds_total', 'counter', 'Seconds sweeps waited (pacing: replicas, the WAL budget, adaptive pauses with their flush waits).'),
         ('pg_retention_policy_errors_total', 'counter', 'Failed runs and batches, by reason.'),
         ('pg_retention_policy_last_success_timestamp_seconds', 'gauge', 'Unix time of the last successful run or archived batch.'),
         ('pg_retention_policy_backlog_rows', 'gauge', 'Deletable rows left: after the last run (delete policies), or now, counted up to 100000 (archive policies).'),

@@ -389,9 +389,12 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
     END
 $fn$;
 
--- Adds `entries` to the counters of their policies.
+-- Adds `entries` to the counters of their policies. PL/pgSQL, not SQL: a SQL function's
+-- statement is planned again at every call (about 2 ms here, once per sweep step), PL/pgSQL
+-- keeps its plan for the session.
 CREATE OR REPLACE FUNCTION retention._count_ledger(entries retention.ledger_entries[]) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
     WITH e AS (
         SELECT e.*, retention._error_reason(e.method, e.detail) AS reason,
                a.rows AS archived_rows, a.bytes AS archived_bytes
@@ -416,7 +419,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
            count(*) FILTER (WHERE e.method = 'cap_reached'),
            count(*) FILTER (WHERE e.method = 'drop_partition'),
            count(*) FILTER (WHERE e.method = 'skip_locked'),
-           count(*) FILTER (WHERE e.method = 'pause'),
+           coalesce(sum(coalesce((e.detail->>'pauses')::bigint, 1)) FILTER (WHERE e.method = 'pause'), 0),
            coalesce(sum((e.detail->>'seconds')::float8) FILTER (WHERE e.method = 'pause'), 0),
            coalesce(min(x.errors::text)::jsonb, '{}'),
            max(e.at) FILTER (WHERE e.method = 'run'),
@@ -451,7 +454,8 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         last_error_at = greatest(c.last_error_at, EXCLUDED.last_error_at),
         last_error = CASE WHEN EXCLUDED.last_error_at IS NOT NULL THEN EXCLUDED.last_error ELSE c.last_error END,
         last_outcome = CASE WHEN EXCLUDED.last_run_at IS NOT NULL THEN EXCLUDED.last_outcome ELSE c.last_outcome END,
-        backlog = CASE WHEN EXCLUDED.last_run_at IS NOT NULL THEN EXCLUDED.backlog ELSE c.backlog END
+        backlog = CASE WHEN EXCLUDED.last_run_at IS NOT NULL THEN EXCLUDED.backlog ELSE c.backlog END;
+END
 $fn$;
 
 -- The trigger on retention.ledger_entries that keeps the counters, once per statement over the
@@ -1829,7 +1833,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         ('pg_retention_policy_hold_skips_total', 'counter', 'Eligible rows kept by holds (or references) when a run or prune met them.'),
         ('pg_retention_policy_cap_hits_total', 'counter', 'Runs that stopped at their row cap with eligible rows left.'),
         ('pg_retention_policy_partitions_dropped_total', 'counter', 'Whole partitions dropped.'),
-        ('pg_retention_policy_paused_seconds_total', 'counter', 'Seconds sweeps waited for replicas or the WAL budget.'),
+        ('pg_retention_policy_paused_seconds_total', 'counter', 'Seconds sweeps waited (pacing: replicas, the WAL budget, adaptive pauses with their flush waits).'),
         ('pg_retention_policy_errors_total', 'counter', 'Failed runs and batches, by reason.'),
         ('pg_retention_policy_last_success_timestamp_seconds', 'gauge', 'Unix time of the last successful run or archived batch.'),
         ('pg_retention_policy_backlog_rows', 'gauge', 'Deletable rows left: after the last run (delete policies), or now, counted up to 100000 (archive policies).'),

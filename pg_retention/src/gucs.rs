@@ -26,6 +26,13 @@ static MAX_REPLICA_LAG_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 /// `pg_retention.max_wal_rate` (kilobytes per second, default 0 = unlimited): the WAL the steps
 /// of all sweeps of a database may write, token-bucketed with a one-second burst.
 static MAX_WAL_RATE_KB: GucSetting<i32> = GucSetting::<i32>::new(0);
+/// `pg_retention.adaptive_pacing` (bool, default on): a sweep waits for each step's WAL flush
+/// before the next step, sleeps as long again when it took longer than the target, and sizes
+/// its steps from that wait.
+static ADAPTIVE_PACING: GucSetting<bool> = GucSetting::<bool>::new(true);
+/// `pg_retention.pacing_flush_target` (milliseconds, default 1): the flush wait per step that
+/// adaptive pacing sizes steps for.
+static PACING_FLUSH_TARGET_MS: GucSetting<f64> = GucSetting::<f64>::new(1.0);
 /// `pg_retention.role` (role name, default empty = bootstrap superuser): the role the worker
 /// connects as.
 static ROLE: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
@@ -108,6 +115,24 @@ pub fn init() {
         GucContext::Suset,
         GucFlags::UNIT_KB,
     );
+    GucRegistry::define_bool_guc(
+        c"pg_retention.adaptive_pacing",
+        c"Sweeps wait for each step's WAL flush, yield the disk when it is slow, and size steps from it.",
+        c"On by default; off runs steps of the policy's batch_size back to back.",
+        &ADAPTIVE_PACING,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_float_guc(
+        c"pg_retention.pacing_flush_target",
+        c"The WAL flush wait per sweep step that adaptive pacing sizes steps for.",
+        c"In milliseconds: steps shrink while their flush takes longer and grow while it takes under half.",
+        &PACING_FLUSH_TARGET_MS,
+        0.1,
+        10_000.0,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
     GucRegistry::define_string_guc(
         c"pg_retention.role",
         c"Role the pg_retention worker acts as.",
@@ -167,6 +192,16 @@ pub fn max_replica_lag_ms() -> i64 {
 /// The WAL rate of a database's sweeps in bytes per second (0: unlimited).
 pub fn max_wal_rate_bytes() -> i64 {
     i64::from(MAX_WAL_RATE_KB.get()) * 1024
+}
+
+/// Whether adaptive pacing is on.
+pub fn adaptive_pacing() -> bool {
+    ADAPTIVE_PACING.get()
+}
+
+/// The flush wait per step adaptive pacing aims for, in milliseconds.
+pub fn pacing_flush_target_ms() -> f64 {
+    PACING_FLUSH_TARGET_MS.get()
 }
 
 /// The role the worker acts as, if set.

@@ -1406,6 +1406,8 @@ fn max_wal_rate_paces_a_run_and_ledgers_its_pauses() {
     let c = Cluster::start(&[
         "pg_retention.max_wal_rate = '256kB'",
         "pg_retention.max_replica_lag = 0",
+        // Only the WAL budget's pauses here (adaptive pacing has its own test).
+        "pg_retention.adaptive_pacing = off",
     ]);
     let mut db = c.connect("postgres");
     db.batch_execute(
@@ -1456,6 +1458,115 @@ fn max_wal_rate_paces_a_run_and_ledgers_its_pauses() {
             "SELECT pauses_total FROM retention.stats WHERE policy = 'feed'"
         ),
         pauses
+    );
+}
+
+#[test]
+fn adaptive_pacing_shrinks_steps_whose_flush_is_slow_and_ledgers_its_pauses_once_per_run() {
+    // A flush target below any fsync (one of 8 kB takes about 0.15 ms on this machine), steps
+    // of about 20 MB of WAL (their first change of each page after the checkpoint below logs
+    // the whole page), and neither the WAL writer nor the background writer flushing the
+    // sweep's commits first: each step after the first waits for its own flush (the WAL since
+    // the last full segment), pauses and shrinks the next.
+    let c = Cluster::start(&[
+        // The fixture turns fsync off for speed; here flushes are what is measured.
+        "fsync = on",
+        "pg_retention.pacing_flush_target = 0.1",
+        "pg_retention.max_replica_lag = 0",
+        "wal_writer_delay = '10s'",
+        "wal_writer_flush_after = '1GB'",
+        "bgwriter_lru_maxpages = 0",
+    ]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE feed (id bigserial PRIMARY KEY, at timestamptz NOT NULL, body text);
+         INSERT INTO feed (at, body) SELECT now() - interval '40 days', repeat(md5(g::text), 30)
+           FROM generate_series(1, 100000) g;
+         SELECT retention.add_policy(name => 'feed', relation => 'feed', kind => 'age', age_column => 'at',
+                older_than => '30 days', batch_size => 20000);
+         CHECKPOINT;",
+    )
+    .unwrap();
+    db.batch_execute("CALL retention.run('feed')").unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM feed"), 0);
+    let paced: serde_json::Value = serde_json::from_str(
+        db.query_one(
+            "SELECT detail->>'paced' FROM retention.ledger WHERE method = 'run' AND policy = 'feed'",
+            &[],
+        )
+        .unwrap()
+        .get(0),
+    )
+    .unwrap();
+    let pauses = paced["pauses"].as_i64().unwrap();
+    assert!(pauses >= 1, "{paced}");
+    assert!(paced["max_flush_ms"].as_f64().unwrap() > 0.1, "{paced}");
+    assert!(paced["min_step_rows"].as_i64().unwrap() < 20000, "{paced}");
+    // The steps shrank: some prune deleted fewer rows than batch_size before the last one.
+    assert!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM (SELECT rows, lead(id) OVER (ORDER BY id) AS next
+                                     FROM retention.ledger WHERE method = 'prune') b
+              WHERE rows < 20000 AND next IS NOT NULL"
+        ) >= 1
+    );
+    // One pause record for the run, with the run's count and seconds, counted by the stats.
+    let (records, ledgered, seconds): (i64, i64, f64) = {
+        let r = db
+            .query_one(
+                "SELECT count(*), sum((detail->>'pauses')::bigint)::bigint, sum((detail->>'seconds')::float8)
+                   FROM retention.ledger WHERE method = 'pause' AND detail->>'reason' = 'adaptive'",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2))
+    };
+    assert_eq!((records, ledgered), (1, pauses));
+    assert!(seconds > 0.0);
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT pauses_total FROM retention.stats WHERE policy = 'feed'"
+        ),
+        pauses
+    );
+
+    // Off: steps of batch_size back to back, no pause.
+    db.batch_execute(
+        "INSERT INTO feed (at, body) SELECT now() - interval '40 days', repeat(md5(g::text), 30)
+           FROM generate_series(1, 60000) g;",
+    )
+    .unwrap();
+    db.batch_execute("SET pg_retention.adaptive_pacing = off")
+        .unwrap();
+    db.batch_execute("CALL retention.run('feed')").unwrap();
+    assert_eq!(count(&mut db, "SELECT count(*) FROM feed"), 0);
+    let last: serde_json::Value = serde_json::from_str(
+        db.query_one(
+            "SELECT detail->>'paced' FROM retention.ledger WHERE method = 'run' ORDER BY id DESC LIMIT 1",
+            &[],
+        )
+        .unwrap()
+        .get(0),
+    )
+    .unwrap();
+    assert_eq!(last["pauses"], 0, "{last}");
+    assert!(last["step_rows"].is_null(), "{last}");
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'pause'"
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT count(*) FROM (SELECT rows FROM retention.ledger WHERE method = 'prune' ORDER BY id DESC LIMIT 3) b
+              WHERE rows = 20000"
+        ),
+        3
     );
 }
 

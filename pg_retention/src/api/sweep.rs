@@ -57,6 +57,7 @@ fn _sweep_step(state: pgrx::JsonB) -> pgrx::JsonB {
         .and_then(sweep::step)
         .map(|mut s| {
             s.step_wal_bytes = pacing::wal_written() - before;
+            s.paced.step_ended();
             s
         })
         .and_then(encode)

@@ -69,6 +69,8 @@ pub enum LedgerMethod {
     /// An archive's slice rewritten without erased rows, verified, and the objects it replaced
     /// deleted.
     Supersede,
+    /// A sweep waited between steps (pacing); adaptive pauses are summed once per run.
+    Pause,
 }
 
 impl LedgerMethod {
@@ -95,6 +97,7 @@ impl LedgerMethod {
             LedgerMethod::Erasure => "erasure",
             LedgerMethod::HoldCollision => "hold_collision",
             LedgerMethod::Supersede => "supersede",
+            LedgerMethod::Pause => "pause",
         }
     }
 }

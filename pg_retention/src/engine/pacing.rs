@@ -3,10 +3,19 @@
 //! `pg_retention.max_wal_rate` allows (a token bucket in `retention.wal_budget`, shared by the
 //! worker and every `CALL retention.run()` of the database). Pauses happen between steps, outside
 //! their transactions; the caller sleeps, asks again, and ledgers the pause when it ends.
+//!
+//! Adaptive pacing (`pg_retention.adaptive_pacing`, on by default) works inside the sweep: a
+//! step commits without waiting for its WAL to reach disk, so the next step first waits for
+//! that flush itself ([`adapt`]), which keeps the sweep from running ahead of the disk. The
+//! wait is what a concurrent writer's commit queues behind; while it takes longer than
+//! `pg_retention.pacing_flush_target` the sweep sleeps as long again (the disk is the writers'
+//! for that long) and makes its next step smaller in proportion; while it takes under half the
+//! target, steps grow back to `batch_size`.
 
 use crate::gucs;
 use pgrx::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
 
 /// Why a sweep pauses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -16,6 +25,8 @@ pub enum PauseReason {
     ReplicaLag,
     /// The WAL budget of `pg_retention.max_wal_rate` is spent.
     WalRate,
+    /// Adaptive pacing: the sweep yields the disk after each step's flush (`adapt`).
+    Adaptive,
 }
 
 /// What the next step must wait for.
@@ -72,4 +83,120 @@ pub fn pace(wal_bytes: i64) -> Result<Pace, pgrx::spi::SpiError> {
 pub fn wal_written() -> i64 {
     // Safety: a plain read of this backend's own WAL usage counter.
     unsafe { pg_sys::pgWalUsage.wal_bytes as i64 }
+}
+
+/// The fewest rows adaptive pacing lets a step delete.
+const MIN_STEP_ROWS: i64 = 100;
+/// The longest adaptive pause after one step.
+const MAX_ADAPTIVE_PAUSE: Duration = Duration::from_millis(100);
+
+/// What adaptive pacing did in a run, carried in its state between steps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Adaptive {
+    /// The policy's `batch_size` when the run started: the most rows a step may delete.
+    pub batch_size: i64,
+    /// Rows the next step may delete (None: `batch_size`).
+    pub step_rows: Option<i64>,
+    /// Pauses taken after a step's flush.
+    pub pauses: i64,
+    /// Their total, in seconds (the flush waits included).
+    pub seconds: f64,
+    /// The longest flush wait seen, in milliseconds.
+    pub max_flush_ms: f64,
+    /// The fewest rows a step was allowed.
+    pub min_step_rows: Option<i64>,
+    /// Where the last step's WAL ended (0: it wrote none).
+    #[serde(default)]
+    pub flush_to: u64,
+}
+
+impl Adaptive {
+    /// Notes, at the end of a step (before its commit), where its WAL ends.
+    pub fn step_ended(&mut self) {
+        // Safety: a plain read of this backend's own last-record position.
+        self.flush_to = unsafe { pg_sys::XactLastRecEnd };
+    }
+}
+
+/// Before a step: waits for the previous step's WAL to reach disk; when that took longer than
+/// the target, sleeps as long again (at most 100 ms). Sizes this step from the wait. Does
+/// nothing when adaptive pacing is off (the step gets the policy's `batch_size`).
+pub fn adapt(state: &mut Adaptive) {
+    if !gucs::adaptive_pacing() || state.batch_size <= 0 {
+        state.step_rows = None;
+        return;
+    }
+    let began = Instant::now();
+    flush_step_wal(state.flush_to);
+    let flush = began.elapsed();
+    let flush_ms = flush.as_secs_f64() * 1000.0;
+    let target_ms = gucs::pacing_flush_target_ms();
+    let rows = next_step_rows(
+        state.step_rows.unwrap_or(state.batch_size),
+        state.batch_size,
+        flush_ms,
+        target_ms,
+    );
+    state.step_rows = Some(rows);
+    state.min_step_rows = Some(state.min_step_rows.map_or(rows, |m| m.min(rows)));
+    state.max_flush_ms = state.max_flush_ms.max(flush_ms);
+    if flush_ms > target_ms {
+        let pause = flush.min(MAX_ADAPTIVE_PAUSE);
+        std::thread::sleep(pause);
+        state.pauses += 1;
+        state.seconds += (flush + pause).as_secs_f64();
+    }
+}
+
+/// The rows of the next step: fewer when the last flush took longer than the target (in
+/// proportion, at most four times fewer at once), a quarter more when it took under half of
+/// it, between 100 (or `batch_size`, if lower) and `batch_size`.
+pub fn next_step_rows(current: i64, batch_size: i64, flush_ms: f64, target_ms: f64) -> i64 {
+    let current = current as f64;
+    let next = if flush_ms > target_ms {
+        current * (target_ms / flush_ms).max(0.25)
+    } else if flush_ms < target_ms / 2.0 {
+        (current * 1.25).ceil()
+    } else {
+        current
+    };
+    (next.round() as i64).clamp(MIN_STEP_ROWS.min(batch_size), batch_size.max(1))
+}
+
+/// Waits until the WAL of the previous step (up to the end of its last record, noted by
+/// [`Adaptive::step_ended`]) is on disk: what its unflushed commit skipped. Not the end of this
+/// backend's last commit, which a transaction that wrote no WAL (the pacing check between two
+/// steps) resets to zero; not the insert position, which may name a page not yet begun.
+fn flush_step_wal(upto: u64) {
+    // Safety: XLogFlush is what a synchronous commit calls; `upto` ends a record this backend
+    // inserted, and it is never called during recovery.
+    unsafe {
+        if upto != 0 && !pg_sys::RecoveryInProgress() {
+            pg_sys::XLogFlush(upto);
+        }
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use super::next_step_rows;
+
+    #[pgrx::pg_test]
+    fn a_slow_flush_shrinks_the_next_step_in_proportion() {
+        assert_eq!(next_step_rows(5000, 5000, 4.0, 2.0), 2500);
+        // At most four times fewer at once.
+        assert_eq!(next_step_rows(5000, 5000, 100.0, 2.0), 1250);
+        // Never under 100 rows, nor over the policy's batch size.
+        assert_eq!(next_step_rows(120, 5000, 100.0, 2.0), 100);
+        assert_eq!(next_step_rows(50, 50, 100.0, 2.0), 50);
+    }
+
+    #[pgrx::pg_test]
+    fn a_fast_flush_grows_the_next_step_up_to_the_batch_size() {
+        assert_eq!(next_step_rows(1000, 5000, 0.5, 2.0), 1250);
+        assert_eq!(next_step_rows(4800, 5000, 0.1, 2.0), 5000);
+        // Between half the target and the target: unchanged.
+        assert_eq!(next_step_rows(1000, 5000, 1.5, 2.0), 1000);
+    }
 }

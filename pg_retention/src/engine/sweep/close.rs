@@ -4,6 +4,7 @@
 use super::{Outcome, SweepState};
 use crate::catalog::{active_holds, LedgerEntry, LedgerMethod, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
+use crate::engine::pacing::PauseReason;
 use crate::error::Result;
 use serde_json::json;
 
@@ -64,6 +65,26 @@ pub fn finish(state: SweepState) -> Result<SweepState> {
             }
         }
     }
+    if state.paced.pauses > 0 {
+        // One record for the run's adaptive pauses (one per step would double the ledger).
+        LedgerEntry {
+            method: LedgerMethod::Pause,
+            policy: Some(&policy),
+            relation: None,
+            rows: 0,
+            hold_ids: vec![],
+            actor: &state.actor,
+            run_id: Some(&state.run_id),
+            detail: json!({
+                "reason": PauseReason::Adaptive,
+                "seconds": (state.paced.seconds * 1e6).round() / 1e6,
+                "pauses": state.paced.pauses,
+                "max_flush_ms": (state.paced.max_flush_ms * 1000.0).round() / 1000.0,
+                "min_step_rows": state.paced.min_step_rows,
+            }),
+        }
+        .append()?;
+    }
     LedgerEntry {
         method: LedgerMethod::Run,
         policy: Some(&policy),
@@ -80,6 +101,7 @@ pub fn finish(state: SweepState) -> Result<SweepState> {
             "partitions_dropped": state.dropped,
             "backlog": backlog,
             "held": hold_detail,
+            "paced": state.paced,
         }),
     }
     .append()?;

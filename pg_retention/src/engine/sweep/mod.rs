@@ -23,6 +23,7 @@ use crate::catalog::{
     partition, Action, Kind, Leaf, LedgerEntry, LedgerMethod, Policy, RelationInfo,
 };
 use crate::engine::eligible::{Eligibility, Guards};
+use crate::engine::pacing::{self, Adaptive};
 use crate::engine::retire::{self, Retired};
 use crate::engine::run_context::{self, RunContext};
 use crate::error::{present, Result, RetentionError};
@@ -102,6 +103,9 @@ pub struct SweepState {
     /// WAL the last step wrote, in bytes: what pacing charges to the database's budget.
     #[serde(default)]
     pub step_wal_bytes: i64,
+    /// Adaptive pacing: the next step's size and the pauses so far.
+    #[serde(default)]
+    pub paced: Adaptive,
 }
 
 fn new_run_id() -> Result<String> {
@@ -150,6 +154,7 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         retire: false,
         dropped: 0,
         step_wal_bytes: 0,
+        paced: Adaptive::default(),
     };
     let Some(policy) = policy else {
         return Ok(state.stop(Outcome::Skipped, "policy no longer exists"));
@@ -179,6 +184,7 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
     ) {
         return failed(state, &e.to_string(), e.sqlstate());
     }
+    state.paced.batch_size = i64::from(policy.batch_size);
     state.cap = policy
         .max_rows_per_run
         .min(cycle_remaining.unwrap_or(i64::MAX))
@@ -232,6 +238,10 @@ pub(super) fn leaf_swept(mut state: SweepState, policy: &Policy) -> Result<Sweep
 pub fn step(mut state: SweepState) -> Result<SweepState> {
     if state.done {
         return Ok(state);
+    }
+    // Before anything is read or locked: the sleep holds nothing a writer or DDL waits for.
+    if state.steps > 0 {
+        pacing::adapt(&mut state.paced);
     }
     let Some(ctx) = run_context::for_step(&state.run_id, state.policy_id)? else {
         return Ok(state.stop(Outcome::Stopped, "policy was dropped during the run"));
@@ -289,7 +299,9 @@ pub fn step(mut state: SweepState) -> Result<SweepState> {
             state.stop(Outcome::Ok, "finished at the cap")
         });
     }
-    let n = remaining.min(i64::from(policy.batch_size));
+    let n = remaining
+        .min(i64::from(policy.batch_size))
+        .min(state.paced.step_rows.unwrap_or(i64::MAX));
     if let Some(from) = state.age_from.clone() {
         return age_index_step(state, &ctx, &elig, from, n);
     }
