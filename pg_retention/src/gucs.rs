@@ -26,9 +26,9 @@ static MAX_REPLICA_LAG_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 /// `pg_retention.max_wal_rate` (kilobytes per second, default 0 = unlimited): the WAL the steps
 /// of all sweeps of a database may write, token-bucketed with a one-second burst.
 static MAX_WAL_RATE_KB: GucSetting<i32> = GucSetting::<i32>::new(0);
-/// `pg_retention.adaptive_pacing` (bool, default on): a sweep waits for each step's WAL flush
-/// before the next step, sleeps as long again when it took longer than the target, and sizes
-/// its steps from that wait.
+/// `pg_retention.adaptive_pacing` (bool, default on): before each step a sweep waits until the
+/// WAL of the step before the last is on disk, sleeps for the wait's overrun of the target, and
+/// sizes its steps from that wait.
 static ADAPTIVE_PACING: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// `pg_retention.pacing_flush_target` (milliseconds, default 1): the flush wait per step that
 /// adaptive pacing sizes steps for.
@@ -117,7 +117,7 @@ pub fn init() {
     );
     GucRegistry::define_bool_guc(
         c"pg_retention.adaptive_pacing",
-        c"Sweeps wait for each step's WAL flush, yield the disk when it is slow, and size steps from it.",
+        c"Sweeps stay within one step of the disk's WAL flush, yield it when slow, and size steps from it.",
         c"On by default; off runs steps of the policy's batch_size back to back.",
         &ADAPTIVE_PACING,
         GucContext::Suset,

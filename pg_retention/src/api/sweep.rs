@@ -71,7 +71,6 @@ fn _sweep_step(state: pgrx::JsonB) -> pgrx::JsonB {
 #[search_path(pg_catalog, pg_temp)]
 fn _pace(wal_bytes: i64) -> pgrx::JsonB {
     pacing::pace(wal_bytes)
-        .map_err(RetentionError::from)
         .and_then(|p| Ok(pgrx::JsonB(serde_json::to_value(p)?)))
         .or_report()
 }

@@ -5,13 +5,17 @@
 //! their transactions; the caller sleeps, asks again, and ledgers the pause when it ends.
 //!
 //! Adaptive pacing (`pg_retention.adaptive_pacing`, on by default) works inside the sweep: a
-//! step commits without waiting for its WAL to reach disk, so the next step first waits for
-//! that flush itself ([`adapt`]), which keeps the sweep from running ahead of the disk. The
-//! wait is what a concurrent writer's commit queues behind; while it takes longer than
-//! `pg_retention.pacing_flush_target` the sweep sleeps as long again (the disk is the writers'
-//! for that long) and makes its next step smaller in proportion; while it takes under half the
-//! target, steps grow back to `batch_size`.
+//! step commits without waiting for its WAL to reach disk, and the WAL writer (or a writer's
+//! commit) flushes it while the next step runs. Before each step the sweep waits until the WAL
+//! of the step before the last is on disk ([`adapt`]): the sweep never runs more than one step
+//! ahead of the disk, so a concurrent writer's commit never queues behind more than about two
+//! steps of it. That wait is zero while the disk keeps up; while it takes longer than
+//! `pg_retention.pacing_flush_target`, the sweep sleeps as long as it overran (the disk is the
+//! writers' for that long) and makes its next step smaller in proportion; while it takes under
+//! half the target, steps grow back to `batch_size`.
 
+use crate::catalog::prepared;
+use crate::error::Result;
 use crate::gucs;
 use pgrx::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -47,7 +51,7 @@ const LAG_POLL_SECONDS: f64 = 0.5;
 
 /// Charges `wal_bytes` (what the step just written wrote) to the database's WAL budget and
 /// says whether the next step must wait, and why.
-pub fn pace(wal_bytes: i64) -> Result<Pace, pgrx::spi::SpiError> {
+pub fn pace(wal_bytes: i64) -> Result<Pace> {
     let mut pace = Pace {
         pause: 0.0,
         reason: None,
@@ -65,11 +69,14 @@ pub fn pace(wal_bytes: i64) -> Result<Pace, pgrx::spi::SpiError> {
     }
     let max_lag = gucs::max_replica_lag_ms();
     if max_lag > 0 {
-        let lag = Spi::get_one::<f64>(
+        // Planned once per backend: this runs after every step.
+        let plan = prepared::cached(
             "SELECT coalesce(max(extract(epoch FROM r.replay_lag)), 0)::float8 * 1000
                FROM pg_catalog.pg_stat_replication r WHERE r.state = 'streaming'",
-        )?
-        .unwrap_or(0.0);
+            &[],
+            false,
+        )?;
+        let lag = prepared::one::<f64>(&plan, &[])?.unwrap_or(0.0);
         pace.replica_lag_ms = Some(lag);
         if lag > max_lag as f64 {
             pace.pause = pace.pause.max(LAG_POLL_SECONDS);
@@ -103,9 +110,18 @@ pub struct Adaptive {
     pub seconds: f64,
     /// The longest flush wait seen, in milliseconds.
     pub max_flush_ms: f64,
+    /// Every flush wait, in seconds (those of paused steps are in `seconds` too).
+    #[serde(default)]
+    pub flush_seconds: f64,
+    /// Steps paced (each waited for a flush, if only to see it was done).
+    #[serde(default)]
+    pub steps: i64,
     /// The fewest rows a step was allowed.
     pub min_step_rows: Option<i64>,
     /// Where the last step's WAL ended (0: it wrote none).
+    #[serde(default)]
+    pub last_step_end: u64,
+    /// Where the step before it ended: what the next step waits to see on disk.
     #[serde(default)]
     pub flush_to: u64,
 }
@@ -113,14 +129,15 @@ pub struct Adaptive {
 impl Adaptive {
     /// Notes, at the end of a step (before its commit), where its WAL ends.
     pub fn step_ended(&mut self) {
+        self.flush_to = self.last_step_end;
         // Safety: a plain read of this backend's own last-record position.
-        self.flush_to = unsafe { pg_sys::XactLastRecEnd };
+        self.last_step_end = unsafe { pg_sys::XactLastRecEnd };
     }
 }
 
-/// Before a step: waits for the previous step's WAL to reach disk; when that took longer than
-/// the target, sleeps as long again (at most 100 ms). Sizes this step from the wait. Does
-/// nothing when adaptive pacing is off (the step gets the policy's `batch_size`).
+/// Before a step: waits for the WAL of the step before the last to reach disk; when that took
+/// longer than the target, sleeps for the overrun (at most 100 ms). Sizes this step from the
+/// wait. Does nothing when adaptive pacing is off (the step gets the policy's `batch_size`).
 pub fn adapt(state: &mut Adaptive) {
     if !gucs::adaptive_pacing() || state.batch_size <= 0 {
         state.step_rows = None;
@@ -140,8 +157,12 @@ pub fn adapt(state: &mut Adaptive) {
     state.step_rows = Some(rows);
     state.min_step_rows = Some(state.min_step_rows.map_or(rows, |m| m.min(rows)));
     state.max_flush_ms = state.max_flush_ms.max(flush_ms);
+    state.flush_seconds += flush.as_secs_f64();
+    state.steps += 1;
     if flush_ms > target_ms {
-        let pause = flush.min(MAX_ADAPTIVE_PAUSE);
+        // The disk is the writers' for as long as the flush overran the target.
+        let over = flush.saturating_sub(Duration::from_secs_f64(target_ms / 1000.0));
+        let pause = over.min(MAX_ADAPTIVE_PAUSE);
         std::thread::sleep(pause);
         state.pauses += 1;
         state.seconds += (flush + pause).as_secs_f64();
@@ -163,10 +184,10 @@ pub fn next_step_rows(current: i64, batch_size: i64, flush_ms: f64, target_ms: f
     (next.round() as i64).clamp(MIN_STEP_ROWS.min(batch_size), batch_size.max(1))
 }
 
-/// Waits until the WAL of the previous step (up to the end of its last record, noted by
-/// [`Adaptive::step_ended`]) is on disk: what its unflushed commit skipped. Not the end of this
-/// backend's last commit, which a transaction that wrote no WAL (the pacing check between two
-/// steps) resets to zero; not the insert position, which may name a page not yet begun.
+/// Waits until the WAL up to `upto` (the end of a step's last record, noted by
+/// [`Adaptive::step_ended`]) is on disk. Not the end of this backend's last commit, which a
+/// transaction that wrote no WAL (the pacing check between two steps) resets to zero; not the
+/// insert position, which may name a page not yet begun.
 fn flush_step_wal(upto: u64) {
     // Safety: XLogFlush is what a synchronous commit calls; `upto` ends a record this backend
     // inserted, and it is never called during recovery.
