@@ -69,10 +69,12 @@ pub fn pace(wal_bytes: i64) -> Result<Pace> {
     }
     let max_lag = gucs::max_replica_lag_ms();
     if max_lag > 0 {
-        // Planned once per backend: this runs after every step.
+        // Planned once per backend: this runs after every step. The WAL senders' own function,
+        // not the pg_stat_replication view, which joins it to every backend's activity (a copy
+        // of all of them per call: about a millisecond, as long as a step's deletes).
         let plan = prepared::cached(
             "SELECT coalesce(max(extract(epoch FROM r.replay_lag)), 0)::float8 * 1000
-               FROM pg_catalog.pg_stat_replication r WHERE r.state = 'streaming'",
+               FROM pg_catalog.pg_stat_get_wal_senders() r WHERE r.state = 'streaming'",
             &[],
             false,
         )?;
