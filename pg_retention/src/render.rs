@@ -67,7 +67,7 @@ pub type Version = (Tid, i64);
 /// Runs `sql` and calls `each` once per result row with its first `render` columns rendered to
 /// their text output (None for NULL; later columns are None) and, when the column after them
 /// is a tid, that tid as a [`Tid`], with the xid after it (the row's `xmin`) when there is
-/// one. The strings live in a memory context reset after each
+/// one, and the statement's row count. The strings live in a memory context reset after each
 /// row, so a batch costs one row's worth of rendered text at a time. With `extremes`, also
 /// returns the least and greatest value of that column.
 fn for_each_rendered(
@@ -75,7 +75,7 @@ fn for_each_rendered(
     args: &[DatumWithOid<'_>],
     render: usize,
     extremes: Option<usize>,
-    mut each: impl FnMut(&[Option<&str>], Option<Tid>, Option<i64>) -> Result<()>,
+    mut each: impl FnMut(&[Option<&str>], Option<Tid>, Option<i64>, usize) -> Result<()>,
 ) -> Result<Extremes> {
     Spi::connect_mut(|client| {
         let table = match sql {
@@ -112,6 +112,8 @@ fn for_each_rendered(
             };
             let mut values = vec![pg_sys::Datum::from(0usize); natts];
             let mut nulls = vec![false; natts];
+            // One row's texts at a time, in a buffer kept across rows.
+            let mut texts: Vec<Option<&str>> = vec![None; natts];
             let mut scratch = PgMemoryContexts::new("pg_retention render");
             for r in 0..n {
                 let tuple = *(*tt).vals.add(r);
@@ -127,13 +129,14 @@ fn for_each_rendered(
                     .filter(|&c| !nulls[c])
                     .map(|c| i64::from(values[c].value() as u32));
                 let result = scratch.switch_to(|_| {
-                    let mut texts: Vec<Option<&str>> = vec![None; natts];
                     for (i, f) in fns.iter_mut().enumerate().take(render) {
-                        if !nulls[i] {
-                            texts[i] = Some(f.text(values[i])?);
-                        }
+                        texts[i] = if nulls[i] {
+                            None
+                        } else {
+                            Some(f.text(values[i])?)
+                        };
                     }
-                    each(&texts, place, xmin)
+                    each(&texts, place, xmin, n)
                 });
                 scratch.reset();
                 result?;
@@ -320,6 +323,9 @@ impl Rendered {
     }
 }
 
+/// The most a slice reserves from its first frame's size.
+const MAX_SLICE_RESERVE: usize = 64 << 20;
+
 /// Where things are in the rows of a statement rendered by [`render_rows`]: `width` columns,
 /// then a ctid when the statement has one.
 pub struct RowLayout {
@@ -341,21 +347,38 @@ pub fn render_rows(
 ) -> Result<(Rendered, Extremes)> {
     let width = layout.width;
     let mut out = Rendered::default();
-    let extremes = for_each_rendered(sql, args, width, layout.extremes, |values, place, xmin| {
-        let columns = values.get(..width).ok_or_else(|| {
-            RetentionError::Internal(format!("expected {width} columns, got {}", values.len()))
-        })?;
-        let key: Vec<Option<&str>> = layout.key_at.iter().map(|&i| columns[i]).collect();
-        out.keys.extend(key.iter().map(|k| k.map(str::to_owned)));
-        if layout.frames {
-            append_frame(&mut out.slice, &key, columns)
-                .map_err(|e| RetentionError::Internal(e.to_string()))?;
-            out.ends.push(out.slice.len());
-        }
-        out.places.extend(place);
-        out.xmins.extend(xmin);
-        Ok(())
-    })?;
+    let extremes = for_each_rendered(
+        sql,
+        args,
+        width,
+        layout.extremes,
+        |values, place, xmin, rows| {
+            let columns = values.get(..width).ok_or_else(|| {
+                RetentionError::Internal(format!("expected {width} columns, got {}", values.len()))
+            })?;
+            let key: Vec<Option<&str>> = layout.key_at.iter().map(|&i| columns[i]).collect();
+            out.keys.extend(key.iter().map(|k| k.map(str::to_owned)));
+            if layout.frames {
+                let before = out.slice.len();
+                append_frame(&mut out.slice, &key, columns)
+                    .map_err(|e| RetentionError::Internal(e.to_string()))?;
+                if before == 0 {
+                    // Sized once from the first frame (with a margin), not grown by doubling and
+                    // copied again and again: a 10,000-row slice is a few megabytes.
+                    // At most 64 MiB ahead: one wide first row must not reserve for all.
+                    let frame = out.slice.len();
+                    out.slice
+                        .reserve(frame.saturating_mul(rows + rows / 4).min(MAX_SLICE_RESERVE));
+                    out.ends.reserve(rows);
+                    out.keys.reserve(rows.saturating_mul(layout.key_at.len()));
+                }
+                out.ends.push(out.slice.len());
+            }
+            out.places.extend(place);
+            out.xmins.extend(xmin);
+            Ok(())
+        },
+    )?;
     Ok((out, extremes))
 }
 
