@@ -347,6 +347,7 @@ pub fn render_rows(
 ) -> Result<(Rendered, Extremes)> {
     let width = layout.width;
     let mut out = Rendered::default();
+    let mut first = true;
     let extremes = for_each_rendered(
         sql,
         args,
@@ -356,24 +357,30 @@ pub fn render_rows(
             let columns = values.get(..width).ok_or_else(|| {
                 RetentionError::Internal(format!("expected {width} columns, got {}", values.len()))
             })?;
+            if first {
+                // Every row's key, place and end, sized once for the statement's rows.
+                out.keys.reserve(rows.saturating_mul(layout.key_at.len()));
+                out.places.reserve(if place.is_some() { rows } else { 0 });
+                out.xmins.reserve(if xmin.is_some() { rows } else { 0 });
+                out.ends.reserve(if layout.frames { rows } else { 0 });
+            }
             let key: Vec<Option<&str>> = layout.key_at.iter().map(|&i| columns[i]).collect();
             out.keys.extend(key.iter().map(|k| k.map(str::to_owned)));
             if layout.frames {
-                let before = out.slice.len();
                 append_frame(&mut out.slice, &key, columns)
                     .map_err(|e| RetentionError::Internal(e.to_string()))?;
-                if before == 0 {
-                    // Sized once from the first frame (with a margin), not grown by doubling and
-                    // copied again and again: a 10,000-row slice is a few megabytes.
-                    // At most 64 MiB ahead: one wide first row must not reserve for all.
+                if first {
+                    // The slice sized from the first frame (with a margin), not grown by
+                    // doubling and copied again and again: a 10,000-row slice is a few
+                    // megabytes. At most 64 MiB ahead: one wide first row must not reserve
+                    // for all.
                     let frame = out.slice.len();
                     out.slice
                         .reserve(frame.saturating_mul(rows + rows / 4).min(MAX_SLICE_RESERVE));
-                    out.ends.reserve(rows);
-                    out.keys.reserve(rows.saturating_mul(layout.key_at.len()));
                 }
                 out.ends.push(out.slice.len());
             }
+            first = false;
             out.places.extend(place);
             out.xmins.extend(xmin);
             Ok(())

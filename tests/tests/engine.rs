@@ -1461,6 +1461,20 @@ fn max_wal_rate_paces_a_run_and_ledgers_its_pauses() {
     );
 }
 
+/// `detail.paced` of the last run of policy `feed`: what adaptive pacing did in it.
+fn last_run_paced(db: &mut Client) -> serde_json::Value {
+    serde_json::from_str(
+        db.query_one(
+            "SELECT detail->>'paced' FROM retention.ledger WHERE method = 'run' AND policy = 'feed'
+              ORDER BY id DESC LIMIT 1",
+            &[],
+        )
+        .unwrap()
+        .get(0),
+    )
+    .unwrap()
+}
+
 #[test]
 fn adaptive_pacing_shrinks_steps_whose_flush_is_slow_and_ledgers_its_pauses_once_per_run() {
     // A flush target below any fsync (one of 8 kB takes about 0.15 ms on this machine), steps
@@ -1489,15 +1503,7 @@ fn adaptive_pacing_shrinks_steps_whose_flush_is_slow_and_ledgers_its_pauses_once
     .unwrap();
     db.batch_execute("CALL retention.run('feed')").unwrap();
     assert_eq!(count(&mut db, "SELECT count(*) FROM feed"), 0);
-    let paced: serde_json::Value = serde_json::from_str(
-        db.query_one(
-            "SELECT detail->>'paced' FROM retention.ledger WHERE method = 'run' AND policy = 'feed'",
-            &[],
-        )
-        .unwrap()
-        .get(0),
-    )
-    .unwrap();
+    let paced = last_run_paced(&mut db);
     let pauses = paced["pauses"].as_i64().unwrap();
     assert!(pauses >= 1, "{paced}");
     assert!(paced["max_flush_ms"].as_f64().unwrap() > 0.1, "{paced}");
@@ -1542,15 +1548,7 @@ fn adaptive_pacing_shrinks_steps_whose_flush_is_slow_and_ledgers_its_pauses_once
         .unwrap();
     db.batch_execute("CALL retention.run('feed')").unwrap();
     assert_eq!(count(&mut db, "SELECT count(*) FROM feed"), 0);
-    let last: serde_json::Value = serde_json::from_str(
-        db.query_one(
-            "SELECT detail->>'paced' FROM retention.ledger WHERE method = 'run' ORDER BY id DESC LIMIT 1",
-            &[],
-        )
-        .unwrap()
-        .get(0),
-    )
-    .unwrap();
+    let last = last_run_paced(&mut db);
     assert_eq!(last["pauses"], 0, "{last}");
     assert!(last["step_rows"].is_null(), "{last}");
     assert_eq!(

@@ -2,7 +2,7 @@
 //! rows, the cap warning, the run summary).
 
 use super::{Outcome, SweepState};
-use crate::catalog::{active_holds, LedgerEntry, LedgerMethod, Policy, RelationInfo};
+use crate::catalog::{active_holds, LedgerMethod, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::pacing::PauseReason;
 use crate::error::Result;
@@ -11,17 +11,13 @@ use serde_json::json;
 /// Records a step that raised an error and ends the run.
 pub fn failed(state: SweepState, message: &str, sqlstate: &str) -> Result<SweepState> {
     let policy = Policy::by_id(state.policy_id)?;
-    LedgerEntry {
-        method: LedgerMethod::Error,
-        policy: policy.as_ref(),
-        relation: None,
-        rows: 0,
-        hold_ids: vec![],
-        actor: &state.actor,
-        run_id: Some(&state.run_id),
-        detail: json!({ "error": message, "sqlstate": sqlstate, "policy": state.policy }),
-    }
-    .append()?;
+    state.ledger(
+        LedgerMethod::Error,
+        policy.as_ref(),
+        0,
+        vec![],
+        json!({ "error": message, "sqlstate": sqlstate, "policy": state.policy }),
+    )?;
     let reason = format!("{sqlstate}: {message}");
     Ok(state.stop(Outcome::Error, reason))
 }
@@ -45,17 +41,13 @@ pub fn finish(state: SweepState) -> Result<SweepState> {
             }
             if state.outcome == Outcome::Cap {
                 backlog = elig.count(Guards::ALL)?;
-                LedgerEntry {
-                    method: LedgerMethod::CapReached,
-                    policy: Some(&policy),
-                    relation: None,
-                    rows: backlog,
-                    hold_ids: vec![],
-                    actor: &state.actor,
-                    run_id: Some(&state.run_id),
-                    detail: json!({ "warning": state.reason, "cap": state.cap, "deleted": state.deleted }),
-                }
-                .append()?;
+                state.ledger(
+                    LedgerMethod::CapReached,
+                    Some(&policy),
+                    backlog,
+                    vec![],
+                    json!({ "warning": state.reason, "cap": state.cap, "deleted": state.deleted }),
+                )?;
                 pgrx::warning!(
                     "pg_retention: policy {} stopped at its cap of {} rows; {} eligible rows remain",
                     policy.name,
@@ -67,33 +59,26 @@ pub fn finish(state: SweepState) -> Result<SweepState> {
     }
     if state.paced.pauses > 0 {
         // One record for the run's adaptive pauses (one per step would double the ledger).
-        LedgerEntry {
-            method: LedgerMethod::Pause,
-            policy: Some(&policy),
-            relation: None,
-            rows: 0,
-            hold_ids: vec![],
-            actor: &state.actor,
-            run_id: Some(&state.run_id),
-            detail: json!({
+        state.ledger(
+            LedgerMethod::Pause,
+            Some(&policy),
+            0,
+            vec![],
+            json!({
                 "reason": PauseReason::Adaptive,
                 "seconds": (state.paced.seconds * 1e6).round() / 1e6,
                 "pauses": state.paced.pauses,
                 "max_flush_ms": (state.paced.max_flush_ms * 1000.0).round() / 1000.0,
                 "min_step_rows": state.paced.min_step_rows,
             }),
-        }
-        .append()?;
+        )?;
     }
-    LedgerEntry {
-        method: LedgerMethod::Run,
-        policy: Some(&policy),
-        relation: None,
-        rows: state.deleted,
-        hold_ids: vec![],
-        actor: &state.actor,
-        run_id: Some(&state.run_id),
-        detail: json!({
+    state.ledger(
+        LedgerMethod::Run,
+        Some(&policy),
+        state.deleted,
+        vec![],
+        json!({
             "outcome": state.outcome,
             "reason": state.reason,
             "batches": state.steps,
@@ -103,8 +88,7 @@ pub fn finish(state: SweepState) -> Result<SweepState> {
             "held": hold_detail,
             "paced": state.paced,
         }),
-    }
-    .append()?;
+    )?;
     Ok(state)
 }
 
@@ -118,17 +102,13 @@ fn ledger_hold_skips(
     let mut detail = serde_json::Map::new();
     for (hold_id, rows) in counts.into_iter().filter(|(_, rows)| *rows > 0) {
         detail.insert(hold_id.to_string(), json!(rows));
-        LedgerEntry {
-            method: LedgerMethod::HoldSkip,
-            policy: Some(policy),
-            relation: None,
+        state.ledger(
+            LedgerMethod::HoldSkip,
+            Some(policy),
             rows,
-            hold_ids: vec![hold_id],
-            actor: &state.actor,
-            run_id: Some(&state.run_id),
-            detail: json!({ "hold": hold_id }),
-        }
-        .append()?;
+            vec![hold_id],
+            json!({ "hold": hold_id }),
+        )?;
     }
     Ok(serde_json::Value::Object(detail))
 }

@@ -124,6 +124,28 @@ impl SweepState {
         self.stop(Outcome::Cap, reason)
     }
 
+    /// Appends a ledger entry of this run (its actor and run id) about `policy`.
+    fn ledger(
+        &self,
+        method: LedgerMethod,
+        policy: Option<&Policy>,
+        rows: i64,
+        hold_ids: Vec<i64>,
+        detail: serde_json::Value,
+    ) -> Result<()> {
+        LedgerEntry {
+            method,
+            policy,
+            relation: None,
+            rows,
+            hold_ids,
+            actor: &self.actor,
+            run_id: Some(&self.run_id),
+            detail,
+        }
+        .append()
+    }
+
     fn stop(mut self, outcome: Outcome, reason: impl Into<String>) -> Self {
         self.done = true;
         self.outcome = outcome;
@@ -439,37 +461,29 @@ fn record_drop(
 ) -> Result<()> {
     state.deleted += rows;
     state.dropped += 1;
-    LedgerEntry {
-        method: LedgerMethod::DropPartition,
-        policy: Some(&ctx.policy),
-        relation: None,
+    state.ledger(
+        LedgerMethod::DropPartition,
+        Some(&ctx.policy),
         rows,
-        hold_ids: ctx.holds.iter().map(|h| h.id).collect(),
-        actor: &state.actor,
-        run_id: Some(&state.run_id),
-        detail: json!({ "partition": leaf.qualified, "bound": leaf.bound, "proof": proof.as_str() }),
-    }
-    .append()
+        ctx.holds.iter().map(|h| h.id).collect(),
+        json!({ "partition": leaf.qualified, "bound": leaf.bound, "proof": proof.as_str() }),
+    )
 }
 
 /// Ledgers a leaf whose drop was put off because its locks were not granted in time.
 fn record_drop_skipped(state: &SweepState, ctx: &RunContext, leaf: &Leaf) -> Result<()> {
-    LedgerEntry {
-        method: LedgerMethod::DropSkipped,
-        policy: Some(&ctx.policy),
-        relation: None,
-        rows: 0,
-        hold_ids: vec![],
-        actor: &state.actor,
-        run_id: Some(&state.run_id),
-        detail: json!({
+    state.ledger(
+        LedgerMethod::DropSkipped,
+        Some(&ctx.policy),
+        0,
+        vec![],
+        json!({
             "partition": leaf.qualified,
             "bound": leaf.bound,
             "reason": format!("locks not granted within pg_retention.drop_lock_timeout ({} ms); retried next run",
                               crate::gucs::drop_lock_timeout_ms()),
         }),
-    }
-    .append()
+    )
 }
 
 /// Counts a step that deleted `rows` and ledgers it (`detail` plus the step number).
@@ -493,20 +507,17 @@ fn record_prune(
             .collect();
         detail["references_checked"] = json!(checked);
     }
-    LedgerEntry {
-        method: match ctx.policy.kind {
-            Kind::Orphan => LedgerMethod::OrphanSweep,
-            _ => LedgerMethod::Prune,
-        },
-        policy: Some(&ctx.policy),
-        relation: None,
+    let method = match ctx.policy.kind {
+        Kind::Orphan => LedgerMethod::OrphanSweep,
+        _ => LedgerMethod::Prune,
+    };
+    state.ledger(
+        method,
+        Some(&ctx.policy),
         rows,
-        hold_ids: ctx.holds.iter().map(|h| h.id).collect(),
-        actor: &state.actor,
-        run_id: Some(&state.run_id),
+        ctx.holds.iter().map(|h| h.id).collect(),
         detail,
-    }
-    .append()
+    )
 }
 
 /// Whether deletable rows remain after the watermark (on a partitioned table: after it in the
