@@ -17,8 +17,9 @@ static JITTER: GucSetting<f64> = GucSetting::<f64>::new(0.1);
 /// `pg_retention.max_rows_per_cycle` (rows, default 1,000,000): the cycle cap.
 static MAX_ROWS_PER_CYCLE: GucSetting<i32> = GucSetting::<i32>::new(1_000_000);
 /// `pg_retention.drop_lock_timeout` (milliseconds, default 50): how long retiring a whole
-/// partition waits for its locks (the partitioned table's ACCESS EXCLUSIVE among them) before
-/// it gives up until the next run, so writers queue behind it for at most this long.
+/// partition waits for each of its locks (the partitioned table's ACCESS EXCLUSIVE among them)
+/// before it gives up until the next run, so writers queue behind it for at most this long; and
+/// how long a step goes on proving leaves before it drops the proven ones.
 static DROP_LOCK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(50);
 /// `pg_retention.max_replica_lag` (milliseconds, default 60000 = 1 min; 0 turns it off): a
 /// sweep pauses between steps while any streaming replica's replay lag exceeds it.

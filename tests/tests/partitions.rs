@@ -707,6 +707,53 @@ fn a_drop_blocked_by_a_long_transaction_is_skipped_and_ledgered_without_blocking
 }
 
 #[test]
+fn a_leaf_locked_by_another_transaction_is_put_off_while_the_leaves_around_it_are_dropped() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    policy(&mut db, "");
+    // A transaction that holds one expired leaf (not the partitioned table): the run's SHARE
+    // lock on that leaf is not granted, every other lock is.
+    let mut long = c.connect("postgres");
+    long.batch_execute("BEGIN; LOCK TABLE ONLY events_m8 IN ROW EXCLUSIVE MODE;")
+        .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    let others: Vec<&str> = WHOLLY_EXPIRED
+        .iter()
+        .copied()
+        .filter(|l| *l != "events_m8")
+        .collect();
+    assert_eq!(
+        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        public(&others),
+        "the leaves before and after the locked one are dropped in the same run"
+    );
+    assert_eq!(
+        text(
+            &mut db,
+            "SELECT string_agg(detail->>'partition', ',') FROM retention.ledger
+              WHERE method = 'drop_skipped'"
+        ),
+        "public.events_m8",
+        "the locked leaf's drop is put off and ledgered"
+    );
+    assert!(exists(&mut db, "events_m8"));
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM events_m8"),
+        24,
+        "its rows are all still there"
+    );
+    long.batch_execute("COMMIT").unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        public(&WHOLLY_EXPIRED),
+        "the next run drops it"
+    );
+    assert_eq!(expired(&mut db), 0);
+}
+
+#[test]
 fn a_delete_policy_on_a_partitioned_table_with_an_archive_policy_on_a_leaf_is_refused() {
     let c = Cluster::start(&[]);
     let mut db = c.connect("postgres");

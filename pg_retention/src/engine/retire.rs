@@ -36,13 +36,14 @@ impl Proof {
     }
 }
 
-/// What retiring a leaf came to.
-pub enum Retired {
-    /// Dropped, with this many rows.
-    Dropped { rows: i64, proof: Proof },
+/// What proving a leaf came to.
+pub enum Proving {
+    /// Locked in SHARE mode, proven again under the lock and counted: ready to drop, and its
+    /// rows cannot change until the transaction ends.
+    Proven { rows: i64, proof: Proof },
     /// Not entirely eligible (or larger than the run has left): its rows are swept instead.
     NotWhole,
-    /// Its locks were not granted within `pg_retention.drop_lock_timeout`: left for next run.
+    /// Its lock was not granted within `pg_retention.drop_lock_timeout`: left for next run.
     Busy,
     /// A hold was placed after the holds were read: plan again with it.
     NewHold,
@@ -119,32 +120,49 @@ pub fn whole_leaf(
     })
 }
 
-/// Drops `leaf` whole if it is entirely eligible and has at most `remaining` rows, under a
-/// lock timeout of `pg_retention.drop_lock_timeout`; `fence_tripped` says whether a hold was
-/// placed since the holds were read. The caller ledgers the outcome.
-pub fn retire(
+/// Proves that `leaf` can go whole and has at most `remaining` rows, and counts it, under a
+/// SHARE lock on the leaf taken within `pg_retention.drop_lock_timeout`; `fence_tripped` says
+/// whether a hold was placed since the holds were read. Takes no lock on the partitioned
+/// table: a writer of its other leaves waits for nothing here. [`drop_now`] drops it.
+pub fn prove(
     elig: &Eligibility<'_>,
     rel: &RelationInfo,
     leaf: &Leaf,
     remaining: i64,
     fence_tripped: impl FnOnce() -> Result<bool>,
-) -> Result<Retired> {
+) -> Result<Proving> {
     if whole_leaf(elig, rel, leaf)?.is_none() {
-        return Ok(Retired::NotWhole);
+        return Ok(Proving::NotWhole);
     }
     let mut new_hold = false;
-    let attempt = drop_proven(elig, rel, leaf, |rows| {
-        if fence_tripped()? {
-            new_hold = true;
-            return Ok(false);
-        }
-        Ok(rows <= remaining)
+    let attempt = lock_timeout(|| {
+        subxact::unless_busy(|| {
+            prove_locked(elig, rel, leaf, |rows| {
+                if fence_tripped()? {
+                    new_hold = true;
+                    return Ok(false);
+                }
+                Ok(rows <= remaining)
+            })
+        })
     })?;
     Ok(match attempt {
-        Attempt::Done((rows, proof)) => Retired::Dropped { rows, proof },
-        Attempt::Busy => Retired::Busy,
-        Attempt::Declined if new_hold => Retired::NewHold,
-        Attempt::Declined => Retired::NotWhole,
+        Attempt::Done((rows, proof)) => Proving::Proven { rows, proof },
+        Attempt::Busy => Proving::Busy,
+        Attempt::Declined if new_hold => Proving::NewHold,
+        Attempt::Declined => Proving::NotWhole,
+    })
+}
+
+/// Drops `leaf`, proven by [`prove`] in this transaction, as `owner`, within
+/// `pg_retention.drop_lock_timeout` and in a subtransaction: busy when the partitioned table's
+/// ACCESS EXCLUSIVE lock (which every drop of a partition takes) is not granted in time.
+pub fn drop_now(owner: u32, leaf: &Leaf) -> Result<Attempt<()>> {
+    lock_timeout(|| {
+        subxact::unless_busy(|| {
+            drop_leaf(owner, leaf)?;
+            Ok(Some(()))
+        })
     })
 }
 
@@ -159,21 +177,33 @@ pub fn drop_proven(
     leaf: &Leaf,
     admit: impl FnOnce(i64) -> Result<bool>,
 ) -> Result<Attempt<(i64, Proof)>> {
-    let owner = elig.policy().owner;
     lock_timeout(|| {
         subxact::unless_busy(|| {
-            lock_rows(owner, leaf)?;
-            let Some(proof) = whole_leaf(elig, rel, leaf)? else {
-                return Ok(None);
-            };
-            let rows = rows_in(owner, leaf)?;
-            if !admit(rows)? {
-                return Ok(None);
+            let proven = prove_locked(elig, rel, leaf, admit)?;
+            if proven.is_some() {
+                drop_leaf(elig.policy().owner, leaf)?;
             }
-            drop_leaf(owner, leaf)?;
-            Ok(Some((rows, proof)))
+            Ok(proven)
         })
     })
+}
+
+/// A SHARE lock on `leaf` (none of its rows can change until the transaction ends), the proof
+/// of [`whole_leaf`] again under it, the leaf's rows counted, then `admit(rows)`. None when
+/// there is no proof or `admit` says no; the caller's subtransaction then undoes the lock.
+fn prove_locked(
+    elig: &Eligibility<'_>,
+    rel: &RelationInfo,
+    leaf: &Leaf,
+    admit: impl FnOnce(i64) -> Result<bool>,
+) -> Result<Option<(i64, Proof)>> {
+    let owner = elig.policy().owner;
+    lock_rows(owner, leaf)?;
+    let Some(proof) = whole_leaf(elig, rel, leaf)? else {
+        return Ok(None);
+    };
+    let rows = rows_in(owner, leaf)?;
+    Ok(admit(rows)?.then_some((rows, proof)))
 }
 
 /// Takes a SHARE lock on `leaf` as `owner` (the policy's): none of its rows can change, and no

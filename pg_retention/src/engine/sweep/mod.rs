@@ -24,9 +24,10 @@ use crate::catalog::{
 };
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::pacing::{self, Adaptive};
-use crate::engine::retire::{self, Retired};
+use crate::engine::retire::{self, Proving};
 use crate::engine::run_context::{self, RunContext};
 use crate::error::{present, Result, RetentionError};
+use crate::subxact::Attempt;
 use crate::tid;
 use pgrx::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -246,10 +247,14 @@ fn begin_leaf(mut state: SweepState, policy: &Policy, oid: u32) -> Result<SweepS
 
 /// The current leaf (or the table) has no eligible rows left: go on with the next leaf, or
 /// finish.
-pub(super) fn leaf_swept(mut state: SweepState, policy: &Policy) -> Result<SweepState> {
-    if !state.leaves.is_empty() {
-        state.leaves.remove(0);
-    }
+pub(super) fn leaf_swept(state: SweepState, policy: &Policy) -> Result<SweepState> {
+    leaves_swept(state, policy, 1)
+}
+
+/// The first `n` leaves of the run's list (at least the current one) are done with: go on
+/// with the next leaf, or finish.
+fn leaves_swept(mut state: SweepState, policy: &Policy, n: usize) -> Result<SweepState> {
+    state.leaves.drain(..n.min(state.leaves.len()));
     match state.leaves.first() {
         Some(&next) => begin_leaf(state, policy, next),
         None => Ok(state.stop(Outcome::Ok, "no eligible rows left")),
@@ -390,56 +395,107 @@ enum Retiring {
     SweepRows(SweepState),
 }
 
-/// Drops the current leaf whole if it can go whole, and the leaves after it that can, in this
-/// step's transaction for as long as `pg_retention.drop_lock_timeout` since the first drop:
-/// the partitioned table stays locked from the first drop until the step commits, and one
-/// commit (a drop's commit always waits for its WAL flush) serves several leaves.
+/// Most leaves one step drops (one commit, which waits for its WAL flush, serves them all).
+const MAX_LEAVES_PER_STEP: usize = 16;
+
+/// What became of a leaf at the front of the run's list in [`retire_leaves`].
+enum Fate {
+    /// Detached or dropped since the run started: no longer the policy's to sweep.
+    Gone,
+    /// Proven and counted under its SHARE lock: to drop.
+    Proven {
+        leaf: Leaf,
+        rows: i64,
+        proof: retire::Proof,
+    },
+    /// Its lock was not granted in time: ledgered as put off, retried next run.
+    Busy(Leaf),
+}
+
+/// Drops the current leaf whole if it can go whole, and the leaves after it that can, in two
+/// phases within this step's transaction. First each leaf is locked in SHARE mode, proven and
+/// counted, one after another for as long as `pg_retention.drop_lock_timeout`: this locks
+/// nothing a writer of the other leaves waits for. Then the proven leaves are dropped, each
+/// drop taking the partitioned table's ACCESS EXCLUSIVE lock, which is held only for the
+/// drops, their ledger entries and the commit.
 fn retire_leaves(mut state: SweepState, ctx: &RunContext) -> Result<Retiring> {
     let policy = &ctx.policy;
     let budget = std::time::Duration::from_millis(crate::gucs::drop_lock_timeout_ms() as u64);
-    let mut first_drop: Option<std::time::Instant> = None;
-    while state.retire && !state.done && state.cap > state.deleted {
-        let Some(&oid) = state.leaves.first() else {
+    let began = std::time::Instant::now();
+    let mut fates: Vec<Fate> = vec![];
+    let mut remaining = state.cap - state.deleted;
+    // The leaf after the fated ones is to be swept by rows (it cannot go whole).
+    let mut not_whole = false;
+    while state.retire && remaining > 0 && fates.len() < MAX_LEAVES_PER_STEP {
+        let Some(&oid) = state.leaves.get(fates.len()) else {
             break;
         };
         let Some(leaf) = partition::leaf(ctx.rel.oid, oid, policy.age_column.as_deref())? else {
-            // Detached or dropped since the run started: no longer the policy's to sweep.
-            state = leaf_swept(state, policy)?;
+            fates.push(Fate::Gone);
             continue;
         };
-        state.retire = false;
         let elig = Eligibility::new(policy, &ctx.rel, &ctx.holds)?.on_leaf(&leaf);
-        let remaining = state.cap - state.deleted;
-        match retire::retire(&elig, &ctx.rel, &leaf, remaining, || {
+        match retire::prove(&elig, &ctx.rel, &leaf, remaining, || {
             ctx.fence.tripped_now()
         })? {
-            Retired::Dropped { rows, proof } => {
-                record_drop(&mut state, ctx, &leaf, rows, proof)?;
-                state = leaf_swept(state, policy)?;
-                if first_drop
-                    .get_or_insert_with(std::time::Instant::now)
-                    .elapsed()
-                    >= budget
-                {
-                    return Ok(Retiring::Done(state));
+            Proving::Proven { rows, proof } => {
+                remaining -= rows;
+                fates.push(Fate::Proven { leaf, rows, proof });
+                if began.elapsed() >= budget {
+                    break;
                 }
             }
-            Retired::Busy => {
-                record_drop_skipped(&state, ctx, &leaf)?;
-                return Ok(Retiring::Done(leaf_swept(state, policy)?));
+            Proving::Busy => {
+                fates.push(Fate::Busy(leaf));
+                break;
             }
-            Retired::NewHold => {
-                state.retire = true;
-                return Ok(Retiring::Done(state));
+            // Nothing is dropped: the next step reads the new hold and plans again.
+            Proving::NewHold => return Ok(Retiring::Done(state)),
+            Proving::NotWhole => {
+                not_whole = true;
+                break;
             }
-            // Its rows go in the next step, once this step's drops have committed.
-            Retired::NotWhole if first_drop.is_some() => return Ok(Retiring::Done(state)),
-            Retired::NotWhole => return Ok(Retiring::SweepRows(state)),
         }
     }
-    Ok(match first_drop {
-        Some(_) => Retiring::Done(state),
-        None => Retiring::SweepRows(state),
+    let proven = fates.iter().any(|f| matches!(f, Fate::Proven { .. }));
+    // A hold placed while the leaves were proven wins over all of them.
+    if proven && ctx.fence.tripped_now()? {
+        return Ok(Retiring::Done(state));
+    }
+    let mut parent_busy = false;
+    for fate in &fates {
+        match fate {
+            Fate::Gone => {}
+            Fate::Proven { leaf, rows, proof } => {
+                // Once the partitioned table's lock was not granted, the other drops would
+                // each wait out the timeout as well.
+                parent_busy = parent_busy
+                    || !matches!(retire::drop_now(policy.owner, leaf)?, Attempt::Done(()));
+                if parent_busy {
+                    record_drop_skipped(&state, ctx, leaf)?;
+                } else {
+                    record_drop(&mut state, ctx, leaf, *rows, *proof)?;
+                }
+            }
+            Fate::Busy(leaf) => record_drop_skipped(&state, ctx, leaf)?,
+        }
+    }
+    let swept = fates.len();
+    if swept > 0 {
+        state = leaves_swept(state, policy, swept)?;
+    }
+    if not_whole {
+        // Its rows go by rows: in this step when nothing was dropped, otherwise in the next,
+        // once this step's drops have committed.
+        state.retire = false;
+        if !proven {
+            return Ok(Retiring::SweepRows(state));
+        }
+    }
+    Ok(if swept > 0 {
+        Retiring::Done(state)
+    } else {
+        Retiring::SweepRows(state)
     })
 }
 
