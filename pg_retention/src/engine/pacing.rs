@@ -29,7 +29,8 @@ pub enum PauseReason {
     ReplicaLag,
     /// The WAL budget of `pg_retention.max_wal_rate` is spent.
     WalRate,
-    /// Adaptive pacing: the sweep yields the disk after each step's flush (`adapt`).
+    /// Adaptive pacing: the flush wait before a step overran `pg_retention.pacing_flush_target`,
+    /// and the sweep yields the disk for the overrun (`adapt`).
     Adaptive,
 }
 
