@@ -4,7 +4,7 @@ use crate::config::Settings;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::pipeline::{finish, overlapped, Context, Verified};
+use crate::pipeline::{advance, drain, Context, Flight};
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +49,7 @@ async fn policies(ctx: &Context) -> Result<Vec<String>> {
 /// What one pass over the archive policies did.
 #[derive(Default)]
 struct Pass {
-    /// Some claim said there may be more (`Verified::more`).
+    /// Some claim said there may be more (`Claimed::more`).
     progressed: bool,
     /// Batches pruned.
     pruned: u64,
@@ -66,12 +66,13 @@ struct Pass {
 }
 
 /// One pass: first the open supersessions (an erasure outranks archiving more), then each
-/// policy claims its next batch while the batch in flight (of whichever policy) is pruned.
+/// policy claims its next batch while the batches in flight (of whichever policy) are written
+/// and pruned.
 /// `go_on` is asked before each policy with the batches claimed so far; with `stop_at_failure`
 /// the pass ends at the first failure.
 async fn pass(
     ctx: &Context,
-    in_flight: &mut Option<Verified>,
+    flight: &mut Flight,
     mut go_on: impl FnMut(u64) -> bool,
     stop_at_failure: bool,
 ) -> Pass {
@@ -97,17 +98,17 @@ async fn pass(
             p.stopped = true;
             break;
         }
-        let (pruned, next) = overlapped(ctx, in_flight.take(), &policy).await;
-        match pruned {
+        let step = advance(ctx, flight, &policy).await;
+        match step.pruned {
             Some(Ok(_)) => p.pruned += 1,
             Some(Err(e)) => p.failures.push(e),
             None => {}
         }
-        match next {
-            Ok(Some(v)) => {
+        p.failures.extend(step.unwritten);
+        match step.claimed {
+            Ok(Some(more)) => {
                 p.claimed += 1;
-                p.progressed |= v.more;
-                *in_flight = Some(v);
+                p.progressed |= more;
             }
             Ok(None) => {}
             Err(e) => p.failures.push(e),
@@ -121,18 +122,18 @@ async fn pass(
 
 /// Archives until a pass over the policies claims no batch that says there may be more (every
 /// claim came back short of a table's last leaf, or empty: it caught up with the eligible rows) or `max_batches` batches are done. Stops at the
-/// first batch that fails or is refused (after releasing it) and returns its error; a batch
-/// already verified by then is still pruned first.
+/// first batch that fails or is refused (after releasing it) and returns its error; the batches
+/// already claimed or verified by then are still written and pruned first.
 pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
     let ctx = context(settings).await?;
     let mut done = 0u64;
     let mut started = 0u64;
     let mut rewritten = 0u64;
-    let mut in_flight: Option<Verified> = None;
+    let mut flight = Flight::default();
     let mut first_error: Option<Error> = loop {
         let p = pass(
             &ctx,
-            &mut in_flight,
+            &mut flight,
             |claimed| max_batches.is_none_or(|m| started + claimed < m),
             true,
         )
@@ -145,13 +146,10 @@ pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
             break failure;
         }
     };
-    if let Some(v) = in_flight.take() {
-        match finish(&ctx, v).await {
-            Ok(_) => done += 1,
-            Err(e) => {
-                first_error.get_or_insert(e);
-            }
-        }
+    let (pruned, failures) = drain(&ctx, &mut flight).await;
+    done += pruned;
+    if let Some(e) = failures.into_iter().next() {
+        first_error.get_or_insert(e);
     }
     if let Some(e) = first_error {
         return Err(e);
@@ -187,9 +185,9 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         shutdown.clone(),
     ));
     let mut failures = 0u32;
-    let mut in_flight: Option<Verified> = None;
+    let mut flight = Flight::default();
     while !shutdown.is_cancelled() {
-        let p = pass(&ctx, &mut in_flight, |_| !shutdown.is_cancelled(), false).await;
+        let p = pass(&ctx, &mut flight, |_| !shutdown.is_cancelled(), false).await;
         let progressed = p.progressed;
         let mut failed = p.listing.is_some() || !p.failures.is_empty();
         if let Some(e) = &p.listing {
@@ -198,13 +196,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         for e in &p.failures {
             retried(&ctx, e);
         }
-        // Nothing is left half done while we wait: the verified batch is pruned now.
+        // Nothing is left half done while we wait: the batches in flight are pruned now.
         if !progressed || failed || shutdown.is_cancelled() {
-            if let Some(v) = in_flight.take() {
-                if let Err(e) = finish(&ctx, v).await {
-                    failed = true;
-                    retried(&ctx, &e);
-                }
+            let (_, failures) = drain(&ctx, &mut flight).await;
+            for e in &failures {
+                failed = true;
+                retried(&ctx, e);
             }
         }
         if ctx.db.is_closed() || ctx.prune_db.is_closed() {

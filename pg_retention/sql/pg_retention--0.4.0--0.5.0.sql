@@ -400,7 +400,12 @@ BEGIN
                a.rows AS archived_rows, a.bytes AS archived_bytes
           FROM unnest(entries) e
           LEFT JOIN retention.archive_records a ON a.id = e.archive_id
-         WHERE e.policy_id IS NOT NULL),
+         WHERE e.policy_id IS NOT NULL
+           -- Only entries something below counts: an entry that counts nothing (a claim) must
+           -- not lock the policy's counter row, or the claims and prunes of one policy queue on it.
+           AND (e.archive_id IS NOT NULL
+                OR e.method IN ('prune', 'orphan_sweep', 'drop_partition', 'hold_skip', 'cap_reached',
+                                'skip_locked', 'pause', 'run', 'error', 'release', 'lease_expired'))),
     errors AS (
         SELECT policy_id, jsonb_object_agg(reason, n) AS errors
           FROM (SELECT policy_id, reason, count(*) AS n FROM e WHERE reason IS NOT NULL GROUP BY 1, 2) r
@@ -707,7 +712,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_overdue_wrapper';
 
--- pg_retention/src/api/sweep.rs:69
+-- pg_retention/src/api/sweep.rs:70
 -- pg_retention::api::sweep::_pace
 CREATE OR REPLACE FUNCTION "_pace"(
 	"wal_bytes" bigint /* i64 */

@@ -416,13 +416,16 @@ pub fn render_batch(rel: &RelationInfo, places: &[Tid]) -> Result<Rendered> {
     render_at(rel, &sql, places, false)
 }
 
-/// The plan kept for `sql`, a statement whose one parameter `$1` is a tid[].
-fn plan_over_tids(sql: &str, mutating: bool) -> Result<std::rc::Rc<OwnedPreparedStatement>> {
-    prepared::cached(
-        sql,
-        &[PgOid::BuiltIn(pg_sys::BuiltinOid::TIDARRAYOID)],
-        mutating,
-    )
+/// The plan kept for `sql`, a statement whose first parameter `$1` is a tid[] and whose
+/// others are of the types `more`.
+fn plan_over_tids(
+    sql: &str,
+    more: &[PgOid],
+    mutating: bool,
+) -> Result<std::rc::Rc<OwnedPreparedStatement>> {
+    let mut args = vec![PgOid::BuiltIn(pg_sys::BuiltinOid::TIDARRAYOID)];
+    args.extend_from_slice(more);
+    prepared::cached(sql, &args, mutating)
 }
 
 /// Renders the rows of `sql`, a statement built at run time over the tids `$1` (a tid[], the
@@ -434,31 +437,32 @@ pub fn render_at(
     places: &[Tid],
     mutating: bool,
 ) -> Result<Rendered> {
-    let plan = plan_over_tids(sql, mutating)?;
+    let plan = plan_over_tids(sql, &[], mutating)?;
     render_frames(rel, Statement::Plan(&plan), &[tid::pointers(places).into()])
 }
 
 /// The keys and versions of the rows of `sql`, a statement built at run time over the tids `$1`
-/// (a tid[], the `places`) that returns the table's primary-key columns, a ctid and an xmin,
-/// through a plan kept for its text; `mutating` for one that writes. Nothing else is rendered.
+/// (a tid[], the `places`) and the parameters `more` after it, that returns the table's
+/// primary-key columns, a ctid and an xmin, through a plan kept for its text; `mutating` for
+/// one that writes. Nothing else is rendered.
 pub fn versions_at(
     rel: &RelationInfo,
     sql: &str,
     places: &[Tid],
+    more: Vec<DatumWithOid<'_>>,
     mutating: bool,
 ) -> Result<Rendered> {
-    let plan = plan_over_tids(sql, mutating)?;
+    let types: Vec<PgOid> = more.iter().map(|d| PgOid::from(d.oid())).collect();
+    let plan = plan_over_tids(sql, &types, mutating)?;
+    let mut args: Vec<DatumWithOid<'_>> = vec![tid::pointers(places).into()];
+    args.extend(more);
     let layout = RowLayout {
         width: rel.pk.len(),
         key_at: (0..rel.pk.len()).collect(),
         frames: false,
         extremes: None,
     };
-    let (rendered, _) = render_rows(
-        Statement::Plan(&plan),
-        &[tid::pointers(places).into()],
-        &layout,
-    )?;
+    let (rendered, _) = render_rows(Statement::Plan(&plan), &args, &layout)?;
     Ok(rendered)
 }
 

@@ -345,8 +345,9 @@ fn a_short_batch_means_caught_up() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A prune refused while the next batch is already verified: that next batch is still pruned
-/// before `once` stops with the refusal, and the refused batch is released with nothing deleted.
+/// A prune refused while the next batch is already verified and the one after it claimed: both
+/// are still written and pruned before `once` stops with the refusal, and the refused batch is
+/// released with nothing deleted.
 #[test]
 fn a_refused_prune_mid_pipeline_still_prunes_the_verified_next_batch() {
     let c = Cluster::start(&[]);
@@ -361,7 +362,8 @@ fn a_refused_prune_mid_pipeline_still_prunes_the_verified_next_batch() {
     let a = Archiver::new(&c.url("postgres"), &url)
         .with_env("PG_RETENTION_ARCHIVER_FAULT", "pause-before-complete");
     let child = a.spawn(&["once", "--batch-rows", "60"]);
-    // The first batch's prune waits 3 s; the second batch is claimed and written meanwhile.
+    // The first batch's prune waits 3 s; meanwhile the second batch is written and the third
+    // claimed (the pipeline's three stages).
     assert!(
         c.wait_until(std::time::Duration::from_secs(30), || a.slice_keys().len()
             == 2)
@@ -375,14 +377,15 @@ fn a_refused_prune_mid_pipeline_still_prunes_the_verified_next_batch() {
     assert!(text(&o).contains("refused"), "{}", text(&o));
     assert_eq!(
         scalar(&mut db, "SELECT count(*) FROM retention.archives"),
-        1
+        2,
+        "the two batches in flight beside the refused one"
     );
-    let pruned = scalar(&mut db, "SELECT deleted FROM retention.archives");
-    assert_eq!(pruned, 60);
+    let pruned = scalar(&mut db, "SELECT sum(deleted)::bigint FROM retention.archives");
+    assert_eq!(pruned, 120);
     assert_eq!(
         total(&mut db),
         before - pruned,
-        "only the second batch pruned"
+        "only the second and third batches pruned"
     );
     assert_eq!(
         scalar(

@@ -3,9 +3,10 @@
 //! a verified archive releases the batch; the extension never deletes a row this pipeline did
 //! not prove archived.
 //!
-//! The prune of one batch runs on a second connection while the next batch is claimed, written
-//! and verified on the first, so the database works on both at once. The process still holds
-//! the rows of one batch at most: a batch's slice is dropped once verified, before its prune.
+//! Batches go through three stages at once ([`Flight`]): batch N is pruned on a second
+//! connection while N+1 is written and verified (no database) and N+2 is claimed on the first,
+//! so the claim, the store and the prune overlap. The process holds the rows of two batches at
+//! most: N+1's slice while N+2's arrives (a slice is dropped once verified, before its prune).
 
 use crate::config::Settings;
 use crate::db::Db;
@@ -16,9 +17,10 @@ use crate::store::Store;
 use bytes::Bytes;
 pub use counting::count_failure;
 use counting::{count_archived, count_batch_failure, release_reason};
+use pg_retention_format::Manifest;
 use std::sync::Arc;
 use std::time::Instant;
-use write::{write_checked, Written};
+use write::write_checked;
 
 mod counting;
 mod write;
@@ -54,19 +56,28 @@ pub struct Verified {
     digest: String,
     rows: u64,
     bytes: u64,
-    /// The claim says claiming again at once may find more (a full batch, or more leaves of a
-    /// partitioned table). Otherwise the claim caught up with the eligible rows: claiming again
-    /// at once would only read the table's unexpired rows again for the few that aged since.
-    pub more: bool,
     extender: tokio::task::JoinHandle<()>,
     /// How long writing, reading back and verifying took (observed once the batch is pruned).
     took: write::Took,
 }
 
-/// Claims a batch of `policy`, writes its slice and manifest and reads them back. None when
+/// A batch claimed, with its slice and manifest: writing it is left.
+pub struct Claimed {
+    policy: String,
+    batch: String,
+    slice: Bytes,
+    manifest: Manifest,
+    /// The claim says claiming again at once may find more (a full batch, or more leaves of a
+    /// partitioned table). Otherwise the claim caught up with the eligible rows: claiming again
+    /// at once would only read the table's unexpired rows again for the few that aged since.
+    pub more: bool,
+    extender: tokio::task::JoinHandle<()>,
+}
+
+/// Claims a batch of `policy` and fetches its manifest (on the claim connection). None when
 /// nothing is eligible. With `resume` the claim may hand back this owner's unfinished batch; it
 /// must be false while another batch of ours is in flight, or it would hand back that one.
-pub async fn prepare(ctx: &Context, policy: &str, resume: bool) -> Result<Option<Verified>> {
+pub async fn claim(ctx: &Context, policy: &str, resume: bool) -> Result<Option<Claimed>> {
     let s = &ctx.settings;
     let started = Instant::now();
     let Some(crate::db::Claim { batch, slice, more }) = ctx
@@ -81,21 +92,40 @@ pub async fn prepare(ctx: &Context, policy: &str, resume: bool) -> Result<Option
     tracing::info!(policy, batch = %batch, "claimed a batch");
     fault::point("after-claim");
     let extender = spawn_lease_extender(ctx, policy, &batch);
-    match write_and_verify(ctx, policy, &batch, Bytes::from(slice)).await {
-        Ok(w) => Ok(Some(Verified {
-            took: w.took,
+    match ctx.db.manifest(&batch).await {
+        Ok(manifest) => Ok(Some(Claimed {
             policy: policy.to_owned(),
             batch,
-            key: w.key,
-            digest: w.digest,
-            rows: w.rows,
-            bytes: w.bytes,
+            slice: Bytes::from(slice),
+            manifest,
             more,
             extender,
         })),
         Err(e) => {
             extender.abort();
             failed(ctx, &ctx.db, policy, &batch, &e).await;
+            Err(e)
+        }
+    }
+}
+
+/// Writes a claimed batch's slice and manifest create-only and reads them back (no database,
+/// unless it fails: then the batch is released on the claim connection).
+pub async fn write(ctx: &Context, c: Claimed) -> Result<Verified> {
+    match write_checked(&ctx.store, &c.policy, &c.batch, c.slice, c.manifest).await {
+        Ok(w) => Ok(Verified {
+            took: w.took,
+            policy: c.policy,
+            batch: c.batch,
+            key: w.key,
+            digest: w.digest,
+            rows: w.rows,
+            bytes: w.bytes,
+            extender: c.extender,
+        }),
+        Err(e) => {
+            c.extender.abort();
+            failed(ctx, &ctx.db, &c.policy, &c.batch, &e).await;
             Err(e)
         }
     }
@@ -148,21 +178,101 @@ pub async fn finish(ctx: &Context, v: Verified) -> Result<Pruned> {
     }
 }
 
-/// Prunes `previous` while the next batch of `policy` is claimed, written and verified. Returns
-/// the prune's outcome (when there was a previous batch) and the next batch.
-pub async fn overlapped(
-    ctx: &Context,
-    previous: Option<Verified>,
-    policy: &str,
-) -> (Option<Result<Pruned>>, Result<Option<Verified>>) {
-    let resume = previous.is_none();
+/// The batches between the stages: one claimed and not yet written, one verified and not yet
+/// pruned.
+#[derive(Default)]
+pub struct Flight {
+    claimed: Option<Claimed>,
+    verified: Option<Verified>,
+}
+
+impl Flight {
+    /// No batch of ours is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.claimed.is_none() && self.verified.is_none()
+    }
+}
+
+/// What one [`advance`] did.
+pub struct Step {
+    /// The verified batch's prune, when there was one.
+    pub pruned: Option<Result<Pruned>>,
+    /// The claimed batch's write, when there was one and it failed (it was released).
+    pub unwritten: Option<Error>,
+    /// The new claim: `Some(more)` when a batch was claimed (see [`Claimed::more`]).
+    pub claimed: Result<Option<bool>>,
+}
+
+/// Moves every batch in `flight` one stage on at once: prunes the verified one, writes the
+/// claimed one, and claims the next batch of `policy`.
+pub async fn advance(ctx: &Context, flight: &mut Flight, policy: &str) -> Step {
+    let resume = flight.is_empty();
+    let (verified, claimed) = (flight.verified.take(), flight.claimed.take());
     let pruning = async {
-        match previous {
+        match verified {
             Some(v) => Some(finish(ctx, v).await),
             None => None,
         }
     };
-    tokio::join!(pruning, prepare(ctx, policy, resume))
+    let writing = async {
+        match claimed {
+            Some(c) => Some(write(ctx, c).await),
+            None => None,
+        }
+    };
+    let (pruned, written, next) = tokio::join!(pruning, writing, claim(ctx, policy, resume));
+    let unwritten = match written {
+        Some(Ok(v)) => {
+            flight.verified = Some(v);
+            None
+        }
+        Some(Err(e)) => Some(e),
+        None => None,
+    };
+    let claimed = next.map(|c| {
+        c.map(|c| {
+            let more = c.more;
+            flight.claimed = Some(c);
+            more
+        })
+    });
+    Step {
+        pruned,
+        unwritten,
+        claimed,
+    }
+}
+
+/// Finishes every batch in `flight`: writes the claimed one while the verified one is pruned,
+/// then prunes it. The batches pruned and the failures, in order.
+pub async fn drain(ctx: &Context, flight: &mut Flight) -> (u64, Vec<Error>) {
+    let (mut pruned, mut failures) = (0, Vec::new());
+    let (verified, claimed) = (flight.verified.take(), flight.claimed.take());
+    let pruning = async {
+        match verified {
+            Some(v) => Some(finish(ctx, v).await),
+            None => None,
+        }
+    };
+    let writing = async {
+        match claimed {
+            Some(c) => Some(write(ctx, c).await),
+            None => None,
+        }
+    };
+    let (first, written) = tokio::join!(pruning, writing);
+    let last = match written {
+        Some(Ok(v)) => Some(finish(ctx, v).await),
+        Some(Err(e)) => Some(Err(e)),
+        None => None,
+    };
+    for outcome in [first, last].into_iter().flatten() {
+        match outcome {
+            Ok(_) => pruned += 1,
+            Err(e) => failures.push(e),
+        }
+    }
+    (pruned, failures)
 }
 
 /// Counts a failed batch and releases it (best effort: when the database is unreachable the
@@ -204,17 +314,6 @@ fn spawn_lease_extender(ctx: &Context, policy: &str, batch: &str) -> tokio::task
             }
         }
     })
-}
-
-/// Writes the slice and its manifest create-only and reads both back.
-async fn write_and_verify(
-    ctx: &Context,
-    policy: &str,
-    batch: &str,
-    slice: Bytes,
-) -> Result<Written> {
-    let manifest = ctx.db.manifest(batch).await?;
-    write_checked(&ctx.store, policy, batch, slice, manifest).await
 }
 
 #[cfg(test)]

@@ -84,7 +84,10 @@ fn prune_verified(
     let (gone, holds) = loop {
         attempt += 1;
         let (fence, holds) = HoldFence::read(rel.oid)?;
-        let elig = Eligibility::new(&policy, &rel, &holds)?;
+        // The cutoff is the statement's second parameter, not a constant in its text: the text
+        // stays the same from batch to batch, so its plan is kept and soon generic (a new text
+        // was planned anew every batch, estimating each of its 10,000 tids: 2 ms).
+        let elig = Eligibility::with_cutoff(&policy, &rel, &holds, "$2")?;
         let sql = format!(
             "DELETE FROM ONLY {table} t
               WHERE t.ctid = ANY ($1) AND {guards} AND NOT {fenced}
@@ -94,7 +97,10 @@ fn prune_verified(
             fenced = fence.tripped(),
             key = rel.pk_order(),
         );
-        let gone = elig.as_owner(|| versions_at(&rel, &sql, &claimed.places, true))?;
+        let gone = elig.as_owner(|| {
+            let cutoff = elig.policy_cutoff()?;
+            versions_at(&rel, &sql, &claimed.places, vec![cutoff.into()], true)
+        })?;
         if !gone.places.is_empty() || attempt >= 5 || !fence.tripped_now()? {
             break (gone, holds);
         }
