@@ -380,7 +380,10 @@ fn a_refused_prune_mid_pipeline_still_prunes_the_verified_next_batch() {
         2,
         "the two batches in flight beside the refused one"
     );
-    let pruned = scalar(&mut db, "SELECT sum(deleted)::bigint FROM retention.archives");
+    let pruned = scalar(
+        &mut db,
+        "SELECT sum(deleted)::bigint FROM retention.archives",
+    );
     assert_eq!(pruned, 120);
     assert_eq!(
         total(&mut db),
