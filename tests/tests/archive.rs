@@ -930,3 +930,56 @@ fn a_refused_prune_undoes_its_own_deletes_even_when_its_caller_does_not_raise() 
         rows
     );
 }
+
+/// A claim renders its rows as the executor produces them: a predicate that fails on a row in
+/// the middle of the batch (after earlier rows were rendered) fails the claim with its own
+/// error, claims nothing, and the session claims normally once the predicate is mended.
+#[test]
+fn a_predicate_failing_mid_claim_fails_the_claim_with_its_error_and_claims_nothing() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE FUNCTION audit_ok(bigint) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';",
+    )
+    .unwrap();
+    db.batch_execute(
+        "CREATE TABLE audit (id bigint PRIMARY KEY, status text NOT NULL, closed_at timestamptz, note text);
+         INSERT INTO audit SELECT g, 'closed', now() - make_interval(days => 100 + g), 'note ' || g
+           FROM generate_series(1, 50) g;
+         SELECT retention.add_policy(name => 'audit', relation => 'audit', kind => 'age', age_column => 'closed_at',
+                older_than => '30 days', terminal => $$status = 'closed' AND public.audit_ok(id)$$,
+                action => 'archive_then_delete');
+         CREATE OR REPLACE FUNCTION audit_ok(bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+         BEGIN
+             IF $1 = 20 THEN RAISE EXCEPTION 'no row 20' USING ERRCODE = '22012'; END IF;
+             RETURN true;
+         END $$;",
+    )
+    .unwrap();
+    let claim = "SELECT c.batch FROM retention.claim_slice('audit', 30, '10 minutes', 'a', true) c";
+    let (state, message) = expect_error(&mut db, claim);
+    assert_eq!((state.as_str(), message.as_str()), ("22012", "no row 20"));
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM retention.batches"), 0);
+    db.batch_execute(
+        "CREATE OR REPLACE FUNCTION audit_ok(bigint) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true'",
+    )
+    .unwrap();
+    let row = db
+        .query_one(
+            "SELECT c.batch::text, length(c.slice) FROM retention.claim_slice('audit', 30, '10 minutes', 'a', true) c",
+            &[],
+        )
+        .unwrap();
+    let (batch, bytes): (Option<String>, Option<i32>) = (row.get(0), row.get(1));
+    assert!(bytes.unwrap_or(0) > 0);
+    assert_eq!(
+        scalar(
+            &mut db,
+            &format!(
+                "SELECT rows FROM retention.batches WHERE id = '{}'",
+                batch.unwrap_or_default()
+            )
+        ),
+        30
+    );
+}

@@ -12,6 +12,7 @@ use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::validate::interval_sign;
 use crate::error::{Result, RetentionError};
 use crate::render::{render_rows, Extremes, Rendered, RowLayout, Statement};
+use crate::sql_text::literal;
 use pgrx::prelude::*;
 use serde_json::json;
 
@@ -333,6 +334,14 @@ fn claim_keys(
             relation: rel.qualified.clone(),
             column: age_name.to_owned(),
         })?;
+    // The bounds are literals of the text (planned for this one run, as the cutoff is), so the
+    // statement takes no parameters and is rendered as the executor produces its rows.
+    let bound = |op: &str, key: Option<&[Option<String>]>| -> Result<String> {
+        match key {
+            Some(key) => rel.key_compare(op, &text_array(key)),
+            None => Ok("true".into()),
+        }
+    };
     let sql = format!(
         "SELECT {cols}, t.ctid, t.xmin FROM ONLY {table} t
           WHERE {eligible} AND {after} AND {before}
@@ -340,31 +349,25 @@ fn claim_keys(
         cols = rel.column_list(),
         table = rel.qualified,
         eligible = elig.age_predicate(Guards::ALL),
-        after = if after.is_some() {
-            rel.key_compare(">", "$1::text[]")?
-        } else {
-            "$1::text[] IS NULL".into()
-        },
-        before = if before.is_some() {
-            rel.key_compare("<", "$2::text[]")?
-        } else {
-            "$2::text[] IS NULL".into()
-        },
+        after = bound(">", after)?,
+        before = bound("<", before)?,
         order = rel.pk_order(),
     );
-    let after: Option<Texts> = after.map(<[_]>::to_vec);
-    let before: Option<Texts> = before.map(<[_]>::to_vec);
     let layout = RowLayout {
         width: rel.columns.len(),
         key_at: rel.pk_positions()?,
         frames: true,
         extremes: Some(age_at),
+        most: usize::try_from(max_rows).unwrap_or(0),
     };
-    elig.as_owner(|| {
-        render_rows(
-            Statement::Text(&sql),
-            &[after.into(), before.into()],
-            &layout,
-        )
-    })
+    elig.as_owner(|| render_rows(Statement::Text(&sql), &[], &layout))
+}
+
+/// A key as a text[] literal: `ARRAY['…', NULL]::text[]`.
+fn text_array(key: &[Option<String>]) -> String {
+    let items: Vec<String> = key
+        .iter()
+        .map(|v| v.as_deref().map_or_else(|| "NULL".into(), literal))
+        .collect();
+    format!("ARRAY[{}]::text[]", items.join(", "))
 }
