@@ -45,6 +45,16 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
     END
 $fn$;
 
+-- Whether an entry moves a counter below: one that counts nothing (a claim) must not lock the
+-- policy's counter row, or the claims and prunes of one policy queue on it. (SQL without SET,
+-- so it is inlined into its callers, which pin the search_path.)
+CREATE FUNCTION retention._counts(method text, archive_id bigint) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $fn$
+    SELECT archive_id IS NOT NULL
+        OR method IN ('prune', 'orphan_sweep', 'drop_partition', 'hold_skip', 'cap_reached',
+                      'skip_locked', 'pause', 'run', 'error', 'release', 'lease_expired')
+$fn$;
+
 -- Adds `entries` to the counters of their policies. PL/pgSQL, not SQL: a SQL function's
 -- statement is planned again at every call (about 2 ms here, once per sweep step), PL/pgSQL
 -- keeps its plan for the session.
@@ -56,12 +66,7 @@ BEGIN
                a.rows AS archived_rows, a.bytes AS archived_bytes
           FROM unnest(entries) e
           LEFT JOIN retention.archive_records a ON a.id = e.archive_id
-         WHERE e.policy_id IS NOT NULL
-           -- Only entries something below counts: an entry that counts nothing (a claim) must
-           -- not lock the policy's counter row, or the claims and prunes of one policy queue on it.
-           AND (e.archive_id IS NOT NULL
-                OR e.method IN ('prune', 'orphan_sweep', 'drop_partition', 'hold_skip', 'cap_reached',
-                                'skip_locked', 'pause', 'run', 'error', 'release', 'lease_expired'))),
+         WHERE e.policy_id IS NOT NULL AND retention._counts(e.method, e.archive_id)),
     errors AS (
         SELECT policy_id, jsonb_object_agg(reason, n) AS errors
           FROM (SELECT policy_id, reason, count(*) AS n FROM e WHERE reason IS NOT NULL GROUP BY 1, 2) r
@@ -125,7 +130,11 @@ $fn$;
 CREATE FUNCTION retention._count_ledger_entries() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
-    PERFORM retention._count_ledger(ARRAY(SELECT ROW(n.*)::retention.ledger_entries FROM new_entries n));
+    -- A statement that appended nothing counted (a claim's entry) skips the counting statement
+    -- (about 0.4 ms a call here, most of it planning).
+    IF EXISTS (SELECT 1 FROM new_entries n WHERE retention._counts(n.method, n.archive_id)) THEN
+        PERFORM retention._count_ledger(ARRAY(SELECT ROW(n.*)::retention.ledger_entries FROM new_entries n));
+    END IF;
     RETURN NULL;
 END
 $fn$;

@@ -103,8 +103,8 @@ pub fn same_versions(
     found: &Rendered,
 ) -> Result<()> {
     let arity = rel.pk.len().max(1);
-    // Claimed versions sorted, each found one looked up by binary search: for 10,000 rows a
-    // tenth of what a SipHash map cost (~3 ms, a tenth of a prune).
+    // Claimed versions sorted, each found one looked up by binary search: in perf about half
+    // of what a SipHash map cost (7 % of a prune's CPU against 13 %).
     let mut at: Vec<(Version, usize)> = claimed
         .places
         .iter()
