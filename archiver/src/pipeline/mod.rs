@@ -178,6 +178,22 @@ pub async fn finish(ctx: &Context, v: Verified) -> Result<Pruned> {
     }
 }
 
+/// [`finish`] of a verified batch, if there is one.
+async fn finish_if(ctx: &Context, v: Option<Verified>) -> Option<Result<Pruned>> {
+    match v {
+        Some(v) => Some(finish(ctx, v).await),
+        None => None,
+    }
+}
+
+/// [`write`] of a claimed batch, if there is one.
+async fn write_if(ctx: &Context, c: Option<Claimed>) -> Option<Result<Verified>> {
+    match c {
+        Some(c) => Some(write(ctx, c).await),
+        None => None,
+    }
+}
+
 /// The batches between the stages: one claimed and not yet written, one verified and not yet
 /// pruned.
 #[derive(Default)]
@@ -208,19 +224,11 @@ pub struct Step {
 pub async fn advance(ctx: &Context, flight: &mut Flight, policy: &str) -> Step {
     let resume = flight.is_empty();
     let (verified, claimed) = (flight.verified.take(), flight.claimed.take());
-    let pruning = async {
-        match verified {
-            Some(v) => Some(finish(ctx, v).await),
-            None => None,
-        }
-    };
-    let writing = async {
-        match claimed {
-            Some(c) => Some(write(ctx, c).await),
-            None => None,
-        }
-    };
-    let (pruned, written, next) = tokio::join!(pruning, writing, claim(ctx, policy, resume));
+    let (pruned, written, next) = tokio::join!(
+        finish_if(ctx, verified),
+        write_if(ctx, claimed),
+        claim(ctx, policy, resume)
+    );
     let unwritten = match written {
         Some(Ok(v)) => {
             flight.verified = Some(v);
@@ -248,19 +256,7 @@ pub async fn advance(ctx: &Context, flight: &mut Flight, policy: &str) -> Step {
 pub async fn drain(ctx: &Context, flight: &mut Flight) -> (u64, Vec<Error>) {
     let (mut pruned, mut failures) = (0, Vec::new());
     let (verified, claimed) = (flight.verified.take(), flight.claimed.take());
-    let pruning = async {
-        match verified {
-            Some(v) => Some(finish(ctx, v).await),
-            None => None,
-        }
-    };
-    let writing = async {
-        match claimed {
-            Some(c) => Some(write(ctx, c).await),
-            None => None,
-        }
-    };
-    let (first, written) = tokio::join!(pruning, writing);
+    let (first, written) = tokio::join!(finish_if(ctx, verified), write_if(ctx, claimed));
     let last = match written {
         Some(Ok(v)) => Some(finish(ctx, v).await),
         Some(Err(e)) => Some(Err(e)),
