@@ -4,7 +4,7 @@ use crate::config::Settings;
 use crate::db::Db;
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::pipeline::{advance, drain, Context, Flight};
+use crate::pipeline::{advance, drain, Context, Flight, Unwritten};
 use crate::store::Store;
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,8 +122,8 @@ async fn pass(
 
 /// Archives until a pass over the policies claims no batch that says there may be more (every
 /// claim came back short of a table's last leaf, or empty: it caught up with the eligible rows) or `max_batches` batches are done. Stops at the
-/// first batch that fails or is refused (after releasing it) and returns its error; the batches
-/// already claimed or verified by then are still written and pruned first.
+/// first batch that fails or is refused (after releasing it) and returns its error; a batch
+/// already verified by then is still pruned first, one claimed and not yet written is released.
 pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
     let ctx = context(settings).await?;
     let mut done = 0u64;
@@ -146,7 +146,12 @@ pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {
             break failure;
         }
     };
-    let (pruned, failures) = drain(&ctx, &mut flight).await;
+    let unwritten = if first_error.is_some() {
+        Unwritten::Release
+    } else {
+        Unwritten::Finish
+    };
+    let (pruned, failures) = drain(&ctx, &mut flight, unwritten).await;
     done += pruned;
     if let Some(e) = failures.into_iter().next() {
         first_error.get_or_insert(e);
@@ -198,7 +203,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         }
         // Nothing is left half done while we wait: the batches in flight are pruned now.
         if !progressed || failed || shutdown.is_cancelled() {
-            let (_, failures) = drain(&ctx, &mut flight).await;
+            let unwritten = if failed {
+                Unwritten::Release
+            } else {
+                Unwritten::Finish
+            };
+            let (_, failures) = drain(&ctx, &mut flight, unwritten).await;
             for e in &failures {
                 failed = true;
                 retried(&ctx, e);

@@ -345,9 +345,9 @@ fn a_short_batch_means_caught_up() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// A prune refused while the next batch is already verified and the one after it claimed: both
-/// are still written and pruned before `once` stops with the refusal, and the refused batch is
-/// released with nothing deleted.
+/// A prune refused while the next batch is already verified and the one after it claimed: the
+/// verified one is still pruned before `once` stops with the refusal, the claimed one is
+/// released unwritten, and the refused batch is released with nothing deleted.
 #[test]
 fn a_refused_prune_mid_pipeline_still_prunes_the_verified_next_batch() {
     let c = Cluster::start(&[]);
@@ -377,18 +377,24 @@ fn a_refused_prune_mid_pipeline_still_prunes_the_verified_next_batch() {
     assert!(text(&o).contains("refused"), "{}", text(&o));
     assert_eq!(
         scalar(&mut db, "SELECT count(*) FROM retention.archives"),
-        2,
-        "the two batches in flight beside the refused one"
+        1
     );
-    let pruned = scalar(
-        &mut db,
-        "SELECT sum(deleted)::bigint FROM retention.archives",
-    );
-    assert_eq!(pruned, 120);
+    let pruned = scalar(&mut db, "SELECT deleted FROM retention.archives");
+    assert_eq!(pruned, 60);
     assert_eq!(
         total(&mut db),
         before - pruned,
-        "only the second and third batches pruned"
+        "only the second batch pruned"
+    );
+    assert_eq!(
+        a.slice_keys().len(),
+        2,
+        "nothing written for the third batch"
+    );
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'release' AND detail->>'reason' LIKE 'stopped%'"),
+        1,
+        "the third batch released unwritten"
     );
     assert_eq!(
         scalar(

@@ -251,11 +251,29 @@ pub async fn advance(ctx: &Context, flight: &mut Flight, policy: &str) -> Step {
     }
 }
 
-/// Finishes every batch in `flight`: writes the claimed one while the verified one is pruned,
-/// then prunes it. The batches pruned and the failures, in order.
-pub async fn drain(ctx: &Context, flight: &mut Flight) -> (u64, Vec<Error>) {
+/// What [`drain`] does with a batch claimed and not yet written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unwritten {
+    /// Write it and prune it: the pass ended because it caught up.
+    Finish,
+    /// Release it, nothing written: the pass stopped at a failure. (Its claim ran beside the
+    /// failed batch and may have taken that batch's rows once it was released.)
+    Release,
+}
+
+/// Ends every batch in `flight`: prunes the verified one and, as `unwritten` says, writes and
+/// then prunes the claimed one or releases it. The batches pruned and the failures, in order.
+pub async fn drain(ctx: &Context, flight: &mut Flight, unwritten: Unwritten) -> (u64, Vec<Error>) {
     let (mut pruned, mut failures) = (0, Vec::new());
-    let (verified, claimed) = (flight.verified.take(), flight.claimed.take());
+    let (verified, mut claimed) = (flight.verified.take(), flight.claimed.take());
+    if unwritten == Unwritten::Release {
+        if let Some(c) = claimed.take() {
+            c.extender.abort();
+            if let Err(e) = ctx.db.release(&c.batch, STOPPED).await {
+                tracing::error!(batch = %c.batch, error = %e, "batch not released; its lease will expire");
+            }
+        }
+    }
     let (first, written) = tokio::join!(finish_if(ctx, verified), write_if(ctx, claimed));
     let last = match written {
         Some(Ok(v)) => Some(finish(ctx, v).await),
@@ -270,6 +288,10 @@ pub async fn drain(ctx: &Context, flight: &mut Flight) -> (u64, Vec<Error>) {
     }
     (pruned, failures)
 }
+
+/// The release reason of a batch claimed but not written when its pass stopped at another
+/// batch's failure: no failure of its own (not counted as one).
+const STOPPED: &str = "stopped before writing: another batch of the pass failed";
 
 /// Counts a failed batch and releases it (best effort: when the database is unreachable the
 /// lease runs out instead).
