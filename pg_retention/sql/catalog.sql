@@ -153,6 +153,26 @@ CREATE TABLE retention.wal_budget (
     refilled_at timestamptz NOT NULL
 );
 
+-- Leaves a sweep detached to retire whole and has not dropped yet (engine/retire.rs): written
+-- in the transaction that detaches the leaf, deleted in the one that drops it, which follows
+-- at once while the sweep holds a session lock on the leaf. A row left behind is a leaf whose
+-- run was interrupted in between: the policy's next run attaches it again. State, not history,
+-- and not dumped (its oids would not survive a restore).
+CREATE TABLE retention.retiring_leaves (
+    leaf        oid PRIMARY KEY,
+    policy_id   bigint NOT NULL,
+    owner       oid NOT NULL,
+    run_id      uuid NOT NULL,
+    parent      text NOT NULL,
+    qualified   text NOT NULL,
+    bound       text NOT NULL,
+    rows        bigint NOT NULL,
+    proof       text NOT NULL,
+    hold_ids    bigint[] NOT NULL DEFAULT '{}',
+    hold_seen   bigint NOT NULL,
+    detached_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
 -- The append-only ledger of every destructive action and every reason one did not happen.
 CREATE TABLE retention.ledger_entries (
     id             bigserial PRIMARY KEY,

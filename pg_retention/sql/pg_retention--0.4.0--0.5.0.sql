@@ -11,7 +11,8 @@
 -- ledger's pause entries in retention.stats); erasure (retention.erase, erase_in_batches, the
 -- retention_eraser role, the retention.erasures view) and archive supersession
 -- (retention.supersessions, the functions the archiver calls, retention.archives' current
--- object columns). No existing row changes. As before,
+-- object columns); and whole leaves retired in two transactions (retention.retiring_leaves).
+-- No existing row changes. As before,
 -- every view and function goes and is defined again below exactly as a fresh install defines
 -- it (scripts/assemble-upgrade), so an upgraded schema equals a fresh one (tests/tests/upgrade.rs).
 \echo Use "ALTER EXTENSION pg_retention UPDATE TO '0.5.0'" to load this file. \quit
@@ -150,6 +151,26 @@ CREATE TABLE retention.policy_counters (
     last_error_at      timestamptz,
     last_error         text,
     backlog            bigint
+);
+
+-- Leaves a sweep detached to retire whole and has not dropped yet (engine/retire.rs): written
+-- in the transaction that detaches the leaf, deleted in the one that drops it, which follows
+-- at once while the sweep holds a session lock on the leaf. A row left behind is a leaf whose
+-- run was interrupted in between: the policy's next run attaches it again. State, not history,
+-- and not dumped (its oids would not survive a restore).
+CREATE TABLE retention.retiring_leaves (
+    leaf        oid PRIMARY KEY,
+    policy_id   bigint NOT NULL,
+    owner       oid NOT NULL,
+    run_id      uuid NOT NULL,
+    parent      text NOT NULL,
+    qualified   text NOT NULL,
+    bound       text NOT NULL,
+    rows        bigint NOT NULL,
+    proof       text NOT NULL,
+    hold_ids    bigint[] NOT NULL DEFAULT '{}',
+    hold_seen   bigint NOT NULL,
+    detached_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
 /*

@@ -3,6 +3,7 @@
 
 use crate::error::Result;
 use pgrx::pg_sys;
+use pgrx::pg_sys::panic::CaughtError;
 use pgrx::{PgSqlErrorCode, PgTryBuilder};
 use std::panic::AssertUnwindSafe;
 
@@ -85,6 +86,74 @@ fn subtransaction<R>(
                 restore();
                 other.map(|(r, _)| r)
             }
+        }
+    }
+}
+
+/// An error [`or_error`] caught.
+#[derive(Debug)]
+pub struct Failure {
+    /// The error's condition (`ERRCODE_...`) or SQLSTATE.
+    pub condition: String,
+    /// Its message.
+    pub message: String,
+}
+
+/// Runs `f` in a subtransaction, released when it returns `Ok`: an error it returns or raises
+/// rolls the subtransaction back and comes back as a [`Failure`], for a caller that records
+/// it and goes on. A Rust panic goes on up.
+pub fn or_error<T>(f: impl FnOnce() -> Result<T>) -> Result<std::result::Result<T, Failure>> {
+    // Safety: as in `subtransaction`, begin/release/rollback pair up on every path, in the same
+    // backend and at the same SPI level, and the caller's context and owner come back.
+    unsafe {
+        let context = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        let restore = move || {
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+        };
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(context);
+        // The flag: whether a handler below has rolled back already.
+        let result = PgTryBuilder::new(AssertUnwindSafe(|| match f() {
+            Ok(v) => Ok((Ok(v), false)),
+            Err(e) => Ok((
+                Err(Failure {
+                    condition: e.sqlstate().to_owned(),
+                    message: e.to_string(),
+                }),
+                false,
+            )),
+        }))
+        .catch_others(|e| {
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            restore();
+            match e {
+                CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => Ok((
+                    Err(Failure {
+                        condition: format!("{:?}", r.sql_error_code()),
+                        message: r.message().to_owned(),
+                    }),
+                    true,
+                )),
+                panic @ CaughtError::RustPanic { .. } => panic.rethrow(),
+            }
+        })
+        .execute();
+        match result {
+            Ok((Ok(v), _)) => {
+                pg_sys::ReleaseCurrentSubTransaction();
+                restore();
+                Ok(Ok(v))
+            }
+            Ok((Err(failure), rolled_back)) => {
+                if !rolled_back {
+                    pg_sys::RollbackAndReleaseCurrentSubTransaction();
+                    restore();
+                }
+                Ok(Err(failure))
+            }
+            Err(e) => Err(e),
         }
     }
 }

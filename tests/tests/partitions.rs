@@ -985,3 +985,245 @@ fn a_pg_partman_managed_parent_is_retired_while_pg_partman_premakes_new_leaves()
         240 - expired_before
     );
 }
+
+/// An event trigger that runs `body` (plpgsql; the run's search_path is pg_catalog's alone)
+/// at the start of every `DROP TABLE`.
+fn on_drop_table(db: &mut Client, body: &str) {
+    db.batch_execute(&format!(
+        "CREATE FUNCTION on_drop() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN {body} END $$;
+         CREATE EVENT TRIGGER on_drop ON ddl_command_start WHEN TAG IN ('DROP TABLE')
+             EXECUTE FUNCTION on_drop();"
+    ))
+    .unwrap();
+}
+
+fn no_event_trigger(db: &mut Client) {
+    db.batch_execute("DROP EVENT TRIGGER on_drop; DROP FUNCTION on_drop();")
+        .unwrap();
+}
+
+/// The leaves of `events`, by name.
+fn leaves(db: &mut Client) -> Vec<String> {
+    db.query(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+          WHERE i.inhparent = 'events'::regclass ORDER BY 1",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+/// (partition, reason) of every `drop_skipped` ledger record, by partition name.
+fn skips(db: &mut Client) -> Vec<(String, String)> {
+    db.query(
+        "SELECT detail->>'partition', detail->>'reason' FROM retention.ledger
+          WHERE method = 'drop_skipped' ORDER BY 1",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+#[test]
+fn a_run_that_fails_after_detaching_leaves_attaches_them_again_with_every_row() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    policy(&mut db, "");
+    let before = leaves(&mut db);
+    let total = count(&mut db, "SELECT count(*) FROM events");
+    // The second transaction of a retirement, the drop, fails.
+    on_drop_table(
+        &mut db,
+        "RAISE EXCEPTION 'no drops today' USING ERRCODE = '55000';",
+    );
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        text(
+            &mut db,
+            "SELECT detail->>'error' FROM retention.ledger WHERE method = 'error'"
+        ),
+        "no drops today",
+        "the failed drop is the run's ledgered error"
+    );
+    assert!(drops(&mut db).is_empty(), "nothing is ledgered as dropped");
+    assert_eq!(
+        leaves(&mut db),
+        before,
+        "every detached leaf is a leaf again"
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM events"),
+        total,
+        "with every row"
+    );
+    let skipped = skips(&mut db);
+    assert!(!skipped.is_empty());
+    for (leaf, reason) in &skipped {
+        assert!(
+            WHOLLY_EXPIRED
+                .iter()
+                .any(|l| *leaf == format!("public.{l}")),
+            "{leaf}"
+        );
+        assert_eq!(
+            reason, "the run failed before the leaf was dropped; attached again",
+            "{leaf}"
+        );
+    }
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM retention.retiring_leaves"),
+        0
+    );
+    // With drops allowed again, the next run retires them.
+    no_event_trigger(&mut db);
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        public(&WHOLLY_EXPIRED)
+    );
+    assert_eq!(expired(&mut db), 0);
+}
+
+#[test]
+fn a_leaf_left_detached_by_a_killed_run_is_attached_again_by_the_next_run_or_kept_when_it_changed()
+{
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    policy(&mut db, "");
+    let per_leaf: Vec<(String, i64)> = WHOLLY_EXPIRED
+        .iter()
+        .map(|l| {
+            let n = count(&mut db, &format!("SELECT count(*) FROM ONLY {l}"));
+            (format!("public.{l}"), n)
+        })
+        .collect();
+    // The run's drop waits, and its session is killed there: between the transaction that
+    // detached the leaves and the one that drops them.
+    on_drop_table(&mut db, "PERFORM pg_sleep(60);");
+    let mut runner = c.connect("postgres");
+    let pid: i32 = runner
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
+    let run = std::thread::spawn(move || runner.batch_execute("CALL retention.run()"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while count(
+        &mut db,
+        &format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event = 'PgSleep'"
+        ),
+    ) == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the drop never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    db.batch_execute(&format!("SELECT pg_terminate_backend({pid}, 10000)"))
+        .unwrap();
+    assert!(run.join().unwrap().is_err(), "the killed run's CALL fails");
+    no_event_trigger(&mut db);
+    let left: Vec<String> = db
+        .query(
+            "SELECT qualified FROM retention.retiring_leaves ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(!left.is_empty(), "the killed run left detached leaves");
+    for leaf in &left {
+        assert_eq!(
+            count(
+                &mut db,
+                &format!("SELECT count(*) FROM pg_inherits WHERE inhrelid = '{leaf}'::regclass")
+            ),
+            0,
+            "{leaf} is detached"
+        );
+    }
+    assert!(drops(&mut db).is_empty());
+    // With the session's lock gone, one of them is written to: a young row, which its bound
+    // no longer keeps out.
+    let changed = left[0].clone();
+    db.batch_execute(&format!(
+        "INSERT INTO {changed} VALUES (100000, 0, now(), 'new')"
+    ))
+    .unwrap();
+    let changed_rows = count(&mut db, &format!("SELECT count(*) FROM {changed}"));
+
+    db.batch_execute("CALL retention.run()").unwrap();
+    let skipped = skips(&mut db);
+    for leaf in &left {
+        let reason = &skipped
+            .iter()
+            .find(|(l, _)| l == leaf)
+            .unwrap_or_else(|| panic!("{leaf} has a drop_skipped record: {skipped:?}"))
+            .1;
+        let prefix = "a run detached the leaf and ended before it dropped it; ";
+        if *leaf == changed {
+            assert!(
+                reason.starts_with(&format!("{prefix}it could not be attached again"))
+                    && reason.ends_with(&format!("stays detached as {changed}")),
+                "{reason}"
+            );
+        } else {
+            assert_eq!(*reason, format!("{prefix}attached again"));
+        }
+    }
+    // The changed leaf is kept, every row of it; the others were proven again and dropped.
+    assert_eq!(
+        count(&mut db, &format!("SELECT count(*) FROM {changed}")),
+        changed_rows
+    );
+    let mut expected: Vec<(String, i64)> = per_leaf
+        .into_iter()
+        .filter(|(l, _)| *l != changed)
+        .collect();
+    expected.sort();
+    assert_eq!(drops(&mut db), expected);
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM retention.retiring_leaves"),
+        0
+    );
+}
+
+#[test]
+fn a_whole_leaf_drop_runs_without_the_partitioned_table_locked() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    events(&mut db);
+    policy(&mut db, "");
+    // At each DROP TABLE: whether the dropping transaction holds any lock on `events`. A drop
+    // removes the leaf's files at its commit, and a writer of `events` would wait for that.
+    db.batch_execute("CREATE TABLE drop_saw (parent_locked boolean)")
+        .unwrap();
+    on_drop_table(
+        &mut db,
+        "INSERT INTO public.drop_saw
+             SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid()
+                               AND relation = 'public.events'::regclass);",
+    );
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        public(&WHOLLY_EXPIRED)
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM drop_saw"),
+        WHOLLY_EXPIRED.len() as i64
+    );
+    assert_eq!(
+        count(&mut db, "SELECT count(*) FROM drop_saw WHERE parent_locked"),
+        0,
+        "no drop's transaction holds the partitioned table"
+    );
+}

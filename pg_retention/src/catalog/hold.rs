@@ -71,6 +71,16 @@ impl HoldFence {
         Ok((HoldFence { relation, seen }, active_holds(relation)?))
     }
 
+    /// The fence of a read that counted `seen` hold records of `relation`.
+    pub fn since(relation: u32, seen: i64) -> HoldFence {
+        HoldFence { relation, seen }
+    }
+
+    /// The hold records the read counted.
+    pub fn seen(&self) -> i64 {
+        self.seen
+    }
+
     /// SQL that is true, in the statement's snapshot, when a hold was placed after the read.
     /// Statements that evaluate predicates run as a policy's owner, who cannot read the
     /// catalog: `retention._hold_count` counts for them, once per statement (an init plan).

@@ -2,7 +2,8 @@
 //! in `sql/catalog.sql` or `sql/archive.sql`): policies and their versions (`policy.rs`), holds
 //! and lifts (`hold.rs`), archive batches, their key sets and archive records (`batch.rs`), the
 //! ledger (`ledger.rs`), window links (`link.rs`), pull consumers (`consumer.rs`), the WAL
-//! budget of paced sweeps (`wal_budget.rs`), erasures that reach archives (`supersession.rs`).
+//! budget of paced sweeps (`wal_budget.rs`), erasures that reach archives (`supersession.rs`),
+//! leaves detached to be dropped whole (`retiring.rs`).
 //! `relation.rs` describes governed tables from the system catalogs. The worker's state
 //! (`worker_state.rs`) is written through the worker's SQL functions in `sql/api.sql`.
 
@@ -15,6 +16,7 @@ pub mod partition;
 pub mod policy;
 pub mod prepared;
 pub mod relation;
+pub mod retiring;
 pub mod supersession;
 pub mod wal_budget;
 pub mod worker_state;

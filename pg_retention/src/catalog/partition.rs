@@ -1,8 +1,9 @@
 //! Partition trees, read from the system catalogs: the leaves a policy on a partitioned table
 //! sweeps one by one, and what each leaf's bounds say about its rows.
 
-use crate::catalog::query_json;
+use crate::catalog::query_json_kept;
 use crate::error::{returned_nothing, Result};
+use pgrx::{pg_sys, PgOid};
 use serde::Deserialize;
 
 /// One leaf of a governed table: a partition that holds rows, or the table itself when it is
@@ -29,6 +30,13 @@ pub struct Leaf {
     /// The leaf has a user trigger that fires on DELETE, which a whole-leaf drop would not fire.
     #[serde(default)]
     pub delete_triggers: bool,
+    /// The partitioned table the leaf is a partition of (quoted, schema-qualified), when it is
+    /// one: a whole-leaf retirement detaches it from there first.
+    #[serde(default)]
+    pub parent: Option<String>,
+    /// That table's owner: only a policy owner who could detach the leaf detaches it.
+    #[serde(default)]
+    pub parent_owner: Option<u32>,
 }
 
 /// Range bounds on the age column, as printed (`'2026-01-02 00:00:00+00'`, `MAXVALUE`).
@@ -63,21 +71,28 @@ pub fn leaves(relation: u32, age_column: Option<&str>) -> Result<Vec<Leaf>> {
 
 /// Leaf `oid` of `relation`, if it still is one (a step reads only its own leaf).
 pub fn leaf(relation: u32, oid: u32, age_column: Option<&str>) -> Result<Option<Leaf>> {
-    Ok(describe(relation, Some(oid), age_column)?.pop())
+    Ok(describe(relation, Some(&[oid]), age_column)?.pop())
 }
 
-fn describe(relation: u32, only: Option<u32>, age_column: Option<&str>) -> Result<Vec<Leaf>> {
-    let leaves: Option<Vec<Leaf>> = query_json(
+/// Those of `oids` that still are leaves of `relation`, in oid order: one catalog read for the
+/// leaves a step may retire.
+pub fn these(relation: u32, oids: &[u32], age_column: Option<&str>) -> Result<Vec<Leaf>> {
+    describe(relation, Some(oids), age_column)
+}
+
+fn describe(relation: u32, only: Option<&[u32]>, age_column: Option<&str>) -> Result<Vec<Leaf>> {
+    // Planned once per backend: steps read their leaves with it.
+    let leaves: Option<Vec<Leaf>> = query_json_kept(
         "WITH l(relid) AS (
              SELECT b FROM retention._below($1::bigint::oid) b
               JOIN pg_catalog.pg_class c ON c.oid = b AND c.relkind <> 'p'
-              WHERE $3::bigint IS NULL
+              WHERE $3::bigint[] IS NULL
              UNION ALL
-             -- One leaf: it, if the table is it or one of its ancestors (cheaper than the tree).
+             -- Given leaves: those the table is or is an ancestor of (cheaper than the tree).
              SELECT c.oid FROM pg_catalog.pg_class c
-              WHERE c.oid = $3::bigint::oid AND c.relkind <> 'p'
+              WHERE c.oid = ANY ($3::bigint[]::oid[]) AND c.relkind <> 'p'
                 AND (c.oid = $1::bigint::oid OR $1::bigint::oid IN (
-                        SELECT a.relid FROM pg_catalog.pg_partition_ancestors($3::bigint::oid) a)))
+                        SELECT a.relid FROM pg_catalog.pg_partition_ancestors(c.oid) a)))
          SELECT coalesce(jsonb_agg(jsonb_build_object(
                     'oid', c.oid::bigint,
                     'qualified', format('%I.%I', n.nspname, c.relname),
@@ -104,14 +119,29 @@ fn describe(relation: u32, only: Option<u32>, age_column: Option<&str>) -> Resul
                     'delete_triggers', EXISTS (
                         SELECT 1 FROM pg_catalog.pg_trigger tg
                          WHERE tg.tgrelid = c.oid AND NOT tg.tgisinternal AND tg.tgenabled <> 'D'
-                           AND (tg.tgtype & 8) <> 0))
+                           AND (tg.tgtype & 8) <> 0),
+                    'parent', (SELECT format('%I.%I', pn.nspname, pc.relname)
+                                 FROM pg_catalog.pg_inherits i
+                                 JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent
+                                 JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace
+                                WHERE i.inhrelid = c.oid AND c.relispartition),
+                    'parent_owner', (SELECT pc.relowner::bigint
+                                       FROM pg_catalog.pg_inherits i
+                                       JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent
+                                      WHERE i.inhrelid = c.oid AND c.relispartition))
                   ORDER BY c.oid), '[]')
            FROM l JOIN pg_catalog.pg_class c ON c.oid = l.relid
            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace",
         &[
+            PgOid::BuiltIn(pg_sys::BuiltinOid::INT8OID),
+            PgOid::BuiltIn(pg_sys::BuiltinOid::TEXTOID),
+            PgOid::BuiltIn(pg_sys::BuiltinOid::INT8ARRAYOID),
+        ],
+        &[
             i64::from(relation).into(),
             age_column.into(),
-            only.map(i64::from).into(),
+            only.map(|oids| oids.iter().map(|&o| i64::from(o)).collect::<Vec<i64>>())
+                .into(),
         ],
     )?;
     leaves.ok_or_else(|| returned_nothing("listing a table's leaves"))

@@ -227,10 +227,132 @@ pub fn rows_in(owner: u32, leaf: &Leaf) -> Result<i64> {
 
 /// Drops `leaf` as `owner`, who may (see [`whole_leaf`]).
 fn drop_leaf(owner: u32, leaf: &Leaf) -> Result<()> {
+    drop_leaf_named(owner, &leaf.qualified)
+}
+
+fn drop_leaf_named(owner: u32, qualified: &str) -> Result<()> {
     crate::author::run_as(owner, || {
-        Spi::run(&format!("DROP TABLE {}", leaf.qualified))?;
+        Spi::run(&format!("DROP TABLE {qualified}"))?;
         Ok(())
     })
+}
+
+/// Whether `owner` may detach `leaf` from its partitioned table (owns that table too), so
+/// that [`detach_now`] can retire it in two transactions instead of [`drop_now`]'s one.
+pub fn may_detach(owner: u32, leaf: &Leaf) -> Result<bool> {
+    let (Some(_), Some(parent_owner)) = (&leaf.parent, leaf.parent_owner) else {
+        return Ok(false);
+    };
+    Ok(Spi::get_one_with_args::<bool>(
+        "SELECT pg_catalog.pg_has_role($1::bigint::oid, $2::bigint::oid, 'USAGE')",
+        &[i64::from(owner).into(), i64::from(parent_owner).into()],
+    )? == Some(true))
+}
+
+/// Detaches `leaf`, proven by [`prove`] in this transaction, from its partitioned table as
+/// `owner`, within `pg_retention.drop_lock_timeout` and in a subtransaction (busy when the
+/// table's lock is not granted in time). The caller takes a session lock on it with
+/// [`keep_detached`] once nothing of the transaction can fail any more, so that nothing reads
+/// or changes the detached leaf until [`drop_detached`] drops it in the next transaction. The
+/// partitioned table's ACCESS EXCLUSIVE lock is held from the detach to this transaction's
+/// commit, which has no files to remove: a writer of the table waits for the detach, not for
+/// the truncation of the leaf's files, as it would behind a `DROP TABLE` of the partition.
+pub fn detach_now(owner: u32, leaf: &Leaf) -> Result<Attempt<()>> {
+    let Some(parent) = &leaf.parent else {
+        return Ok(Attempt::Declined);
+    };
+    lock_timeout(|| {
+        subxact::unless_busy(|| {
+            crate::author::run_as(owner, || {
+                Spi::run(&format!(
+                    "ALTER TABLE {parent} DETACH PARTITION {}",
+                    leaf.qualified
+                ))?;
+                Ok(())
+            })?;
+            Ok(Some(()))
+        })
+    })
+}
+
+/// Takes the session lock on a leaf [`detach_now`] detached in this transaction (which holds
+/// its ACCESS EXCLUSIVE lock, so it is granted at once). Taken last: a session lock outlives
+/// a subtransaction's rollback, which would leave the leaf attached and locked.
+pub fn keep_detached(oid: u32) {
+    session_lock(oid, true);
+}
+
+/// Whether this session still holds the lock [`detach_now`] took on `oid` (an aborted
+/// transaction releases session locks as well). Asked before the leaf is locked otherwise.
+pub fn still_detached_by_us(oid: u32) -> Result<bool> {
+    Ok(Spi::get_one_with_args::<bool>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_locks l
+                         WHERE l.locktype = 'relation' AND l.relation = $1::bigint::oid
+                           AND l.database = (SELECT oid FROM pg_catalog.pg_database
+                                              WHERE datname = current_database())
+                           AND l.pid = pg_catalog.pg_backend_pid()
+                           AND l.mode = 'AccessExclusiveLock' AND l.granted)",
+        &[i64::from(oid).into()],
+    )? == Some(true))
+}
+
+/// Drops a leaf [`detach_now`] detached, as `owner`, and lets go of its session lock: the
+/// drop's own lock keeps it until the commit.
+pub fn drop_detached(owner: u32, oid: u32, qualified: &str) -> Result<()> {
+    drop_leaf_named(owner, qualified)?;
+    session_lock(oid, false);
+    Ok(())
+}
+
+/// Attaches a leaf detached by [`detach_now`] to `parent` again with its `bound`, as `owner`,
+/// within `pg_retention.drop_lock_timeout` and in a subtransaction (busy when a lock is not
+/// granted in time), and lets go of the session lock when this session holds it.
+pub fn attach_again(
+    owner: u32,
+    oid: u32,
+    parent: &str,
+    qualified: &str,
+    bound: &str,
+) -> Result<Attempt<()>> {
+    let held = still_detached_by_us(oid)?;
+    let attempt = lock_timeout(|| {
+        subxact::unless_busy(|| {
+            crate::author::run_as(owner, || {
+                Spi::run(&format!(
+                    "ALTER TABLE {parent} ATTACH PARTITION {qualified} {bound}"
+                ))?;
+                Ok(())
+            })?;
+            Ok(Some(()))
+        })
+    })?;
+    if held {
+        // Kept by the attach's own lock until the commit, or, when it did not happen, given
+        // up: whoever acts on the leaf next locks it again.
+        session_lock(oid, false);
+    }
+    Ok(attempt)
+}
+
+/// Takes (`take`) or releases a session-level ACCESS EXCLUSIVE lock on relation `oid` of this
+/// database: one that a commit does not release (an abort does), as CREATE INDEX
+/// CONCURRENTLY holds its table across its transactions.
+fn session_lock(oid: u32, take: bool) {
+    // Safety: plain lock-manager calls on a relation id of this database, in a transaction.
+    // Taking it right after the detach, whose own ACCESS EXCLUSIVE lock this transaction holds,
+    // is granted at once; it is released only where this session took it.
+    unsafe {
+        let mut id = pg_sys::LockRelId {
+            relId: pg_sys::Oid::from(oid),
+            dbId: pg_sys::MyDatabaseId,
+        };
+        let mode = pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE;
+        if take {
+            pg_sys::LockRelationIdForSession(&mut id, mode);
+        } else {
+            pg_sys::UnlockRelationIdForSession(&mut id, mode);
+        }
+    }
 }
 
 /// Runs `f` with `lock_timeout = pg_retention.drop_lock_timeout`, and the session's own value

@@ -22,8 +22,16 @@ pub fn failed(state: SweepState, message: &str, sqlstate: &str) -> Result<SweepS
     Ok(state.stop(Outcome::Error, reason))
 }
 
-/// Closes a run: ledgers rows skipped because of holds, a cap warning, and the run summary.
-pub fn finish(state: SweepState) -> Result<SweepState> {
+/// Closes a run: drops the leaves its last step detached (or, when it failed, attaches them
+/// again), ledgers rows skipped because of holds, a cap warning, and the run summary.
+pub fn finish(mut state: SweepState) -> Result<SweepState> {
+    if !state.detached.is_empty() {
+        state = if state.outcome == Outcome::Error {
+            super::detached::put_all_back(state)?
+        } else {
+            super::detached::drop_all(state)?
+        };
+    }
     let Some(policy) = Policy::by_id(state.policy_id)? else {
         return Ok(state);
     };

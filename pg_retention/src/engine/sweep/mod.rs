@@ -12,13 +12,15 @@
 //! its rows only when it cannot.
 
 mod close;
+mod detached;
 mod plan;
 mod statements;
 
 pub use close::{failed, finish};
-use plan::{has_age_index, initial_span, table_blocks};
+use plan::{has_age_index, initial_span, leaves_to_sweep, table_blocks};
 use statements::{age_index_step, age_range_step, entity_step, row_step, run_step_sql};
 
+use crate::catalog::retiring::RetiringLeaf;
 use crate::catalog::{
     partition, Action, Kind, Leaf, LedgerEntry, LedgerMethod, Policy, RelationInfo,
 };
@@ -101,6 +103,11 @@ pub struct SweepState {
     /// Leaves dropped whole.
     #[serde(default)]
     pub dropped: i64,
+    /// Leaves the last step detached to retire whole, which the next transaction drops (the
+    /// next step, or `finish`); each has a `retention.retiring_leaves` row and this session's
+    /// lock.
+    #[serde(default)]
+    pub detached: Vec<u32>,
     /// WAL the last step wrote, in bytes: what pacing charges to the database's budget.
     #[serde(default)]
     pub step_wal_bytes: i64,
@@ -176,6 +183,7 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         leaves: vec![],
         retire: false,
         dropped: 0,
+        detached: vec![],
         step_wal_bytes: 0,
         paced: Adaptive::default(),
     };
@@ -213,13 +221,14 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         .min(cycle_remaining.unwrap_or(i64::MAX))
         .max(0);
     if rel.partitioned() {
-        state.leaves = partition::leaves(rel.oid, policy.age_column.as_deref())?
-            .iter()
-            .map(|l| l.oid)
-            .collect();
+        detached::attach_left_behind(&state, &policy)?;
+        let all = partition::leaves(rel.oid, policy.age_column.as_deref())?;
+        let none = all.is_empty();
+        state.leaves = leaves_to_sweep(&policy, &rel, all)?;
         return match state.leaves.first() {
             Some(&first) => begin_leaf(state, &policy, first),
-            None => Ok(state.stop(Outcome::Ok, "the table has no partitions")),
+            None if none => Ok(state.stop(Outcome::Ok, "the table has no partitions")),
+            None => Ok(state.stop(Outcome::Ok, "no eligible rows left")),
         };
     }
     state.span = initial_span(rel.oid, policy.batch_size)?;
@@ -261,8 +270,22 @@ fn leaves_swept(mut state: SweepState, policy: &Policy, n: usize) -> Result<Swee
     }
 }
 
-/// Runs one step and returns the next state. The caller commits afterwards.
-pub fn step(mut state: SweepState) -> Result<SweepState> {
+/// Runs one step and returns the next state. The caller commits afterwards. A step after one
+/// that detached leaves only drops them.
+pub fn step(state: SweepState) -> Result<SweepState> {
+    let next = if state.detached.is_empty() {
+        step_rows_or_leaves(state)?
+    } else {
+        detached::drop_all(state)?
+    };
+    // Last, when nothing of the step can fail any more (see `retire::keep_detached`).
+    for &oid in &next.detached {
+        retire::keep_detached(oid);
+    }
+    Ok(next)
+}
+
+fn step_rows_or_leaves(mut state: SweepState) -> Result<SweepState> {
     if state.done {
         return Ok(state);
     }
@@ -412,28 +435,33 @@ enum Fate {
     Busy(Leaf),
 }
 
-/// Drops the current leaf whole if it can go whole, and the leaves after it that can, in two
+/// Retires the current leaf whole if it can go whole, and the leaves after it that can, in two
 /// phases within this step's transaction. First each leaf is locked in SHARE mode, proven and
 /// counted, one after another for as long as `pg_retention.drop_lock_timeout`: this locks
-/// nothing a writer of the other leaves waits for. Then the proven leaves are dropped, each
-/// drop taking the partitioned table's ACCESS EXCLUSIVE lock, which is held only for the
-/// drops, their ledger entries and the commit.
+/// nothing a writer of the other leaves waits for. Then the proven leaves are detached (see
+/// `retire::detach_now`; the next transaction drops them) or, when the policy's owner cannot
+/// detach them, dropped; either takes the partitioned table's ACCESS EXCLUSIVE lock, held for
+/// the rest of the step and its commit.
 fn retire_leaves(mut state: SweepState, ctx: &RunContext) -> Result<Retiring> {
     let policy = &ctx.policy;
     let budget = std::time::Duration::from_millis(crate::gucs::drop_lock_timeout_ms() as u64);
     let began = std::time::Instant::now();
     let mut fates: Vec<Fate> = vec![];
     let mut remaining = state.cap - state.deleted;
+    // One catalog read for the leaves this step may retire.
+    let ahead = &state.leaves[..state.leaves.len().min(MAX_LEAVES_PER_STEP)];
+    let mut described = partition::these(ctx.rel.oid, ahead, policy.age_column.as_deref())?;
     // The leaf after the fated ones is to be swept by rows (it cannot go whole).
     let mut not_whole = false;
     while state.retire && remaining > 0 && fates.len() < MAX_LEAVES_PER_STEP {
         let Some(&oid) = state.leaves.get(fates.len()) else {
             break;
         };
-        let Some(leaf) = partition::leaf(ctx.rel.oid, oid, policy.age_column.as_deref())? else {
+        let Some(at) = described.iter().position(|l| l.oid == oid) else {
             fates.push(Fate::Gone);
             continue;
         };
+        let leaf = described.swap_remove(at);
         let elig = Eligibility::new(policy, &ctx.rel, &ctx.holds)?.on_leaf(&leaf);
         match retire::prove(&elig, &ctx.rel, &leaf, remaining, || {
             ctx.fence.tripped_now()
@@ -467,14 +495,11 @@ fn retire_leaves(mut state: SweepState, ctx: &RunContext) -> Result<Retiring> {
         match fate {
             Fate::Gone => {}
             Fate::Proven { leaf, rows, proof } => {
-                // Once the partitioned table's lock was not granted, the other drops would
+                // Once the partitioned table's lock was not granted, the other leaves would
                 // each wait out the timeout as well.
-                parent_busy = parent_busy
-                    || !matches!(retire::drop_now(policy.owner, leaf)?, Attempt::Done(()));
+                parent_busy = parent_busy || !retire_one(&mut state, ctx, leaf, *rows, *proof)?;
                 if parent_busy {
                     record_drop_skipped(&state, ctx, leaf)?;
-                } else {
-                    record_drop(&mut state, ctx, leaf, *rows, *proof)?;
                 }
             }
             Fate::Busy(leaf) => record_drop_skipped(&state, ctx, leaf)?,
@@ -485,8 +510,8 @@ fn retire_leaves(mut state: SweepState, ctx: &RunContext) -> Result<Retiring> {
         state = leaves_swept(state, policy, swept)?;
     }
     if not_whole {
-        // Its rows go by rows: in this step when nothing was dropped, otherwise in the next,
-        // once this step's drops have committed.
+        // Its rows go by rows: in this step when nothing was retired, otherwise in the next,
+        // once this step's leaves are gone.
         state.retire = false;
         if !proven {
             return Ok(Retiring::SweepRows(state));
@@ -497,6 +522,44 @@ fn retire_leaves(mut state: SweepState, ctx: &RunContext) -> Result<Retiring> {
     } else {
         Retiring::SweepRows(state)
     })
+}
+
+/// Detaches a proven leaf (recorded in `retention.retiring_leaves`, dropped by the next
+/// transaction) or, when the policy's owner cannot detach it, drops and ledgers it; false when
+/// the partitioned table's lock was not granted in time.
+fn retire_one(
+    state: &mut SweepState,
+    ctx: &RunContext,
+    leaf: &Leaf,
+    rows: i64,
+    proof: retire::Proof,
+) -> Result<bool> {
+    let owner = ctx.policy.owner;
+    if !retire::may_detach(owner, leaf)? {
+        if !matches!(retire::drop_now(owner, leaf)?, Attempt::Done(())) {
+            return Ok(false);
+        }
+        record_drop(state, ctx, leaf, rows, proof)?;
+        return Ok(true);
+    }
+    if !matches!(retire::detach_now(owner, leaf)?, Attempt::Done(())) {
+        return Ok(false);
+    }
+    RetiringLeaf {
+        leaf: leaf.oid,
+        policy_id: ctx.policy.id,
+        owner,
+        parent: leaf.parent.clone().unwrap_or_default(),
+        qualified: leaf.qualified.clone(),
+        bound: leaf.bound.clone(),
+        rows,
+        proof: proof.as_str().to_owned(),
+        hold_ids: ctx.holds.iter().map(|h| h.id).collect(),
+        hold_seen: ctx.fence.seen(),
+    }
+    .record(&state.run_id)?;
+    state.detached.push(leaf.oid);
+    Ok(true)
 }
 
 /// `elig` on `leaf`, when there is one.

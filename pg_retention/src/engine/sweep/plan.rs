@@ -1,9 +1,12 @@
 //! What a sweep step needs to know about its table before it runs: whether an index leads
-//! with the age column, how many blocks hold about one step of rows, how long the table is.
+//! with the age column, how many blocks hold about one step of rows, how long the table is,
+//! which leaves may hold eligible rows.
 
 use super::MAX_SPAN;
-use crate::catalog::{prepared, Policy};
+use crate::catalog::{partition, prepared, Leaf, Policy, RelationInfo};
+use crate::engine::eligible::Eligibility;
 use crate::error::{present, Result, RetentionError};
+use crate::sql_text::literal;
 use pgrx::prelude::*;
 use pgrx::PgOid;
 
@@ -56,4 +59,54 @@ pub(super) fn table_blocks(table: u32) -> Result<u64> {
         &[i64::from(table).into()],
     )?;
     Ok(present(n, "pg_relation_size")?.max(0) as u64)
+}
+
+/// The leaves a run of `policy` sweeps, in order: for a kind by age, not those whose range
+/// bound on the age column puts every row at or after the cutoff (today's leaf and those
+/// premade for the days ahead), which hold nothing eligible now; a step each would only find
+/// that out.
+pub(super) fn leaves_to_sweep(
+    policy: &Policy,
+    rel: &RelationInfo,
+    leaves: Vec<Leaf>,
+) -> Result<Vec<u32>> {
+    let elig = Eligibility::new(policy, rel, &[])?;
+    let (true, Some(age), Some(cutoff)) = (
+        elig.kind().by_age(),
+        policy.age_column.as_deref(),
+        elig.cutoff(),
+    ) else {
+        return Ok(leaves.iter().map(|l| l.oid).collect());
+    };
+    let age_type = &rel.column(age)?.type_name;
+    let young: Vec<String> = leaves
+        .iter()
+        .map(|l| {
+            let after: Vec<String> = l
+                .age_bounds
+                .lower
+                .iter()
+                .filter_map(|b| partition::bound_value(b))
+                .map(|v| format!("coalesce({}::{age_type} >= {cutoff}, false)", literal(&v)))
+                .collect();
+            if after.is_empty() {
+                "false".to_owned()
+            } else {
+                after.join(" OR ")
+            }
+        })
+        .collect();
+    if young.is_empty() {
+        return Ok(vec![]);
+    }
+    let young = present(
+        Spi::get_one::<Vec<bool>>(&format!("SELECT ARRAY[{}]", young.join(", ")))?,
+        "ARRAY",
+    )?;
+    Ok(leaves
+        .iter()
+        .zip(young)
+        .filter(|(_, young)| !young)
+        .map(|(l, _)| l.oid)
+        .collect())
 }
