@@ -1111,6 +1111,10 @@ fn a_leaf_left_detached_by_a_killed_run_is_attached_again_by_the_next_run_or_kep
         .query_one("SELECT pg_backend_pid()", &[])
         .unwrap()
         .get(0);
+    // Dates printed day first there and read month first by the run that attaches the leaves
+    // again: the bound it was detached with must read back the same.
+    runner.batch_execute("SET DateStyle = 'SQL, DMY'").unwrap();
+    db.batch_execute("SET DateStyle = 'SQL, MDY'").unwrap();
     let run = std::thread::spawn(move || runner.batch_execute("CALL retention.run()"));
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while count(

@@ -3,6 +3,7 @@
 
 use crate::catalog::query_json_kept;
 use crate::error::{returned_nothing, Result};
+use pgrx::prelude::*;
 use pgrx::{pg_sys, PgOid};
 use serde::Deserialize;
 
@@ -37,6 +38,32 @@ pub struct Leaf {
     /// That table's owner: only a policy owner who could detach the leaf detaches it.
     #[serde(default)]
     pub parent_owner: Option<u32>,
+    /// The partition bounds of the leaf and every table above it, as printed: what its
+    /// `age_bounds` were read from, compared again once the leaf is locked ([`unchanged`]).
+    #[serde(default)]
+    pub lineage: String,
+}
+
+/// SQL for the partition bounds of relation `{oid}` and every table above it, printed, leaf
+/// first ([`Leaf::lineage`]).
+const LINEAGE: &str =
+    "(SELECT string_agg(coalesce(pg_catalog.pg_get_expr(ac.relpartbound, ac.oid), ''),
+                                  ' / ' ORDER BY a.n)
+                        FROM pg_catalog.pg_partition_ancestors({oid}) WITH ORDINALITY a(relid, n)
+                        JOIN pg_catalog.pg_class ac ON ac.oid = a.relid)";
+
+/// Whether `leaf` still is where it was described, with the same bounds up its tree. Asked
+/// once the leaf is locked: a detach and an attach with other bounds between its description
+/// and its lock would make a proof from its old bounds wrong, and once it is locked in SHARE
+/// mode neither can happen to it any more.
+pub fn unchanged(leaf: &Leaf) -> Result<bool> {
+    Ok(Spi::get_one_with_args::<bool>(
+        &format!(
+            "SELECT {} IS NOT DISTINCT FROM $2",
+            LINEAGE.replace("{oid}", "$1::bigint::oid")
+        ),
+        &[i64::from(leaf.oid).into(), leaf.lineage.as_str().into()],
+    )? == Some(true))
 }
 
 /// Range bounds on the age column, as printed (`'2026-01-02 00:00:00+00'`, `MAXVALUE`).
@@ -83,7 +110,7 @@ pub fn these(relation: u32, oids: &[u32], age_column: Option<&str>) -> Result<Ve
 fn describe(relation: u32, only: Option<&[u32]>, age_column: Option<&str>) -> Result<Vec<Leaf>> {
     // Planned once per backend: steps read their leaves with it.
     let leaves: Option<Vec<Leaf>> = query_json_kept(
-        "WITH l(relid) AS (
+        &"WITH l(relid) AS (
              SELECT b FROM retention._below($1::bigint::oid) b
               JOIN pg_catalog.pg_class c ON c.oid = b AND c.relkind <> 'p'
               WHERE $3::bigint[] IS NULL
@@ -128,10 +155,12 @@ fn describe(relation: u32, only: Option<&[u32]>, age_column: Option<&str>) -> Re
                     'parent_owner', (SELECT pc.relowner::bigint
                                        FROM pg_catalog.pg_inherits i
                                        JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent
-                                      WHERE i.inhrelid = c.oid AND c.relispartition))
+                                      WHERE i.inhrelid = c.oid AND c.relispartition),
+                    'lineage', {lineage})
                   ORDER BY c.oid), '[]')
            FROM l JOIN pg_catalog.pg_class c ON c.oid = l.relid
-           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace",
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+            .replace("{lineage}", &LINEAGE.replace("{oid}", "c.oid")),
         &[
             PgOid::BuiltIn(pg_sys::BuiltinOid::INT8OID),
             PgOid::BuiltIn(pg_sys::BuiltinOid::TEXTOID),

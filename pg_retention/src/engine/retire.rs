@@ -199,6 +199,9 @@ fn prove_locked(
 ) -> Result<Option<(i64, Proof)>> {
     let owner = elig.policy().owner;
     lock_rows(owner, leaf)?;
+    if !partition::unchanged(leaf)? {
+        return Ok(None);
+    }
     let Some(proof) = whole_leaf(elig, rel, leaf)? else {
         return Ok(None);
     };
@@ -358,20 +361,42 @@ fn session_lock(oid: u32, take: bool) {
 /// Runs `f` with `lock_timeout = pg_retention.drop_lock_timeout`, and the session's own value
 /// again afterwards (the setting is local to the transaction either way).
 fn lock_timeout<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let timeout = format!("{}ms", crate::gucs::drop_lock_timeout_ms());
+    with_setting("lock_timeout", &timeout, f)
+}
+
+/// `oid`'s partition bound (`FOR VALUES ...`) as printed with ISO dates, which read back the
+/// same whatever the DateStyle of the session that attaches the leaf again with it.
+pub fn portable_bound(oid: u32) -> Result<String> {
+    with_setting("DateStyle", "ISO, MDY", || {
+        present(
+            Spi::get_one_with_args::<String>(
+                "SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid)
+                   FROM pg_catalog.pg_class c WHERE c.oid = $1::bigint::oid",
+                &[i64::from(oid).into()],
+            )?,
+            "the partition bound",
+        )
+    })
+}
+
+/// Runs `f` with the setting `name` at `value`, and its value before again afterwards (local
+/// to the transaction either way).
+fn with_setting<T>(name: &str, value: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let previous = present(
-        Spi::get_one::<String>("SELECT current_setting('lock_timeout')")?,
-        "lock_timeout",
+        Spi::get_one_with_args::<String>("SELECT current_setting($1)", &[name.into()])?,
+        name,
     )?;
-    set_lock_timeout(&format!("{}ms", crate::gucs::drop_lock_timeout_ms()))?;
+    set_local(name, value)?;
     let result = f();
-    set_lock_timeout(&previous)?;
+    set_local(name, &previous)?;
     result
 }
 
-fn set_lock_timeout(value: &str) -> Result<()> {
+fn set_local(name: &str, value: &str) -> Result<()> {
     Spi::get_one_with_args::<String>(
-        "SELECT set_config('lock_timeout', $1, true)",
-        &[value.into()],
+        "SELECT set_config($1, $2, true)",
+        &[name.into(), value.into()],
     )?
     .map(|_| ())
     .ok_or_else(|| RetentionError::Internal("set_config returned NULL".into()))

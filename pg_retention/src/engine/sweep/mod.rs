@@ -542,6 +542,8 @@ fn retire_one(
         record_drop(state, ctx, leaf, rows, proof)?;
         return Ok(true);
     }
+    // Printed before the detach, which clears it.
+    let bound = retire::portable_bound(leaf.oid)?;
     if !matches!(retire::detach_now(owner, leaf)?, Attempt::Done(())) {
         return Ok(false);
     }
@@ -551,7 +553,7 @@ fn retire_one(
         owner,
         parent: leaf.parent.clone().unwrap_or_default(),
         qualified: leaf.qualified.clone(),
-        bound: leaf.bound.clone(),
+        bound,
         rows,
         proof: proof.as_str().to_owned(),
         hold_ids: ctx.holds.iter().map(|h| h.id).collect(),
