@@ -163,7 +163,7 @@ CREATE TABLE retention.retiring_leaves (
     policy_id   bigint NOT NULL,
     owner       oid NOT NULL,
     run_id      uuid NOT NULL,
-    parent      text NOT NULL,
+    parent      oid NOT NULL,
     qualified   text NOT NULL,
     bound       text NOT NULL,
     rows        bigint NOT NULL,

@@ -35,6 +35,9 @@ pub struct Leaf {
     /// one: a whole-leaf retirement detaches it from there first.
     #[serde(default)]
     pub parent: Option<String>,
+    /// That table's oid.
+    #[serde(default)]
+    pub parent_oid: Option<u32>,
     /// That table's owner: only a policy owner who could detach the leaf detaches it.
     #[serde(default)]
     pub parent_owner: Option<u32>,
@@ -45,12 +48,12 @@ pub struct Leaf {
 }
 
 /// SQL for the partition bounds of relation `{oid}` and every table above it, printed, leaf
-/// first ([`Leaf::lineage`]).
-const LINEAGE: &str =
-    "(SELECT string_agg(coalesce(pg_catalog.pg_get_expr(ac.relpartbound, ac.oid), ''),
-                                  ' / ' ORDER BY a.n)
-                        FROM pg_catalog.pg_partition_ancestors({oid}) WITH ORDINALITY a(relid, n)
-                        JOIN pg_catalog.pg_class ac ON ac.oid = a.relid)";
+/// first ([`Leaf::lineage`]); empty for a table that is not a partition, and for one dropped
+/// while the statement runs (see [`printed_bounds`]).
+const LINEAGE: &str = "coalesce((
+    SELECT string_agg(coalesce(pg_catalog.pg_get_expr(ac.relpartbound, ac.oid), ''), ' / ' ORDER BY a.n)
+      FROM pg_catalog.pg_partition_ancestors({oid}) WITH ORDINALITY a(relid, n)
+      JOIN pg_catalog.pg_class ac ON ac.oid = a.relid), '')";
 
 /// Whether `leaf` still is where it was described, with the same bounds up its tree. Asked
 /// once the leaf is locked: a detach and an attach with other bounds between its description
@@ -59,7 +62,7 @@ const LINEAGE: &str =
 pub fn unchanged(leaf: &Leaf) -> Result<bool> {
     Ok(Spi::get_one_with_args::<bool>(
         &format!(
-            "SELECT {} IS NOT DISTINCT FROM $2",
+            "SELECT {} = $2",
             LINEAGE.replace("{oid}", "$1::bigint::oid")
         ),
         &[i64::from(leaf.oid).into(), leaf.lineage.as_str().into()],
@@ -152,6 +155,8 @@ fn describe(relation: u32, only: Option<&[u32]>, age_column: Option<&str>) -> Re
                                  JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent
                                  JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace
                                 WHERE i.inhrelid = c.oid AND c.relispartition),
+                    'parent_oid', (SELECT i.inhparent::bigint FROM pg_catalog.pg_inherits i
+                                    WHERE i.inhrelid = c.oid AND c.relispartition),
                     'parent_owner', (SELECT pc.relowner::bigint
                                        FROM pg_catalog.pg_inherits i
                                        JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent

@@ -10,7 +10,7 @@ use serde::Deserialize;
 /// A row `r` as the JSON [`RetiringLeaf`] reads (oids as numbers).
 const AS_JSON: &str = "jsonb_build_object(
     'leaf', r.leaf::bigint, 'policy_id', r.policy_id, 'owner', r.owner::bigint,
-    'parent', r.parent, 'qualified', r.qualified, 'bound', r.bound, 'rows', r.rows,
+    'parent', r.parent::bigint, 'qualified', r.qualified, 'bound', r.bound, 'rows', r.rows,
     'proof', r.proof, 'hold_ids', r.hold_ids, 'hold_seen', r.hold_seen)";
 
 /// A leaf detached from its partitioned table and not yet dropped.
@@ -22,9 +22,9 @@ pub struct RetiringLeaf {
     pub policy_id: i64,
     /// The policy's owner, as whom the leaf is dropped or attached again.
     pub owner: u32,
-    /// The partitioned table it was a partition of (quoted, schema-qualified).
-    pub parent: String,
-    /// The leaf (quoted, schema-qualified).
+    /// The partitioned table it was a partition of.
+    pub parent: u32,
+    /// The leaf (quoted, schema-qualified, as it was named when it was detached).
     pub qualified: String,
     /// Its partition bound as printed (`FOR VALUES ...`), to attach it again with.
     pub bound: String,
@@ -44,12 +44,12 @@ impl RetiringLeaf {
         Spi::run_with_args(
             "INSERT INTO retention.retiring_leaves
                  (leaf, policy_id, owner, run_id, parent, qualified, bound, rows, proof, hold_ids, hold_seen)
-             VALUES ($1::bigint::oid, $2, $11::bigint::oid, $3::uuid, $4, $5, $6, $7, $8, $9, $10)",
+             VALUES ($1::bigint::oid, $2, $11::bigint::oid, $3::uuid, $4::bigint::oid, $5, $6, $7, $8, $9, $10)",
             &[
                 i64::from(self.leaf).into(),
                 self.policy_id.into(),
                 run_id.into(),
-                self.parent.as_str().into(),
+                i64::from(self.parent).into(),
                 self.qualified.as_str().into(),
                 self.bound.as_str().into(),
                 self.rows.into(),

@@ -307,22 +307,37 @@ pub fn drop_detached(owner: u32, oid: u32, qualified: &str) -> Result<()> {
     Ok(())
 }
 
-/// Attaches a leaf detached by [`detach_now`] to `parent` again with its `bound`, as `owner`,
-/// within `pg_retention.drop_lock_timeout` and in a subtransaction (busy when a lock is not
-/// granted in time), and lets go of the session lock when this session holds it.
-pub fn attach_again(
-    owner: u32,
-    oid: u32,
-    parent: &str,
-    qualified: &str,
-    bound: &str,
-) -> Result<Attempt<()>> {
+/// Attaches leaf `oid`, detached by [`detach_now`], to the partitioned table `parent` again
+/// with its `bound` (`FOR VALUES ...`), as `owner`, within `pg_retention.drop_lock_timeout` and
+/// in a subtransaction (busy when a lock is not granted in time), and lets go of the session
+/// lock when this session holds it. Both tables are named as they are now (either may have
+/// been renamed since); an error when either is gone.
+pub fn attach_again(owner: u32, oid: u32, parent: u32, bound: &str) -> Result<Attempt<()>> {
+    if !bound.starts_with("FOR VALUES ") {
+        return Err(RetentionError::Internal(format!(
+            "not a partition bound to attach with: {bound}"
+        )));
+    }
+    let names = Spi::get_two_with_args::<String, String>(
+        "SELECT (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
+                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                  WHERE c.oid = $1::bigint::oid),
+                (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
+                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                  WHERE c.oid = $2::bigint::oid)",
+        &[i64::from(oid).into(), i64::from(parent).into()],
+    )?;
+    let (Some(leaf), Some(parent)) = names else {
+        return Err(RetentionError::Internal(format!(
+            "the leaf (oid {oid}) or its partitioned table (oid {parent}) no longer exists"
+        )));
+    };
     let held = still_detached_by_us(oid)?;
     let attempt = lock_timeout(|| {
         subxact::unless_busy(|| {
             crate::author::run_as(owner, || {
                 Spi::run(&format!(
-                    "ALTER TABLE {parent} ATTACH PARTITION {qualified} {bound}"
+                    "ALTER TABLE {parent} ATTACH PARTITION {leaf} {bound}"
                 ))?;
                 Ok(())
             })?;

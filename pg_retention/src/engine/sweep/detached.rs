@@ -131,9 +131,7 @@ fn put_back(
     r: &RetiringLeaf,
     reason: &str,
 ) -> Result<()> {
-    let attached = subxact::or_error(|| {
-        retire::attach_again(r.owner, r.leaf, &r.parent, &r.qualified, &r.bound)
-    })?;
+    let attached = subxact::or_error(|| retire::attach_again(r.owner, r.leaf, r.parent, &r.bound))?;
     let outcome = match attached {
         Ok(Attempt::Done(())) => {
             r.forget()?;

@@ -551,7 +551,7 @@ fn retire_one(
         leaf: leaf.oid,
         policy_id: ctx.policy.id,
         owner,
-        parent: leaf.parent.clone().unwrap_or_default(),
+        parent: leaf.parent_oid.unwrap_or_default(),
         qualified: leaf.qualified.clone(),
         bound,
         rows,
