@@ -1,7 +1,7 @@
 //! Partition trees, read from the system catalogs: the leaves a policy on a partitioned table
 //! sweeps one by one, and what each leaf's bounds say about its rows.
 
-use crate::catalog::{prepared, query_json_kept};
+use crate::catalog::query_json_kept;
 use crate::error::{returned_nothing, Result};
 use pgrx::prelude::*;
 use pgrx::{pg_sys, PgOid};
@@ -111,10 +111,8 @@ pub fn these(relation: u32, oids: &[u32], age_column: Option<&str>) -> Result<Ve
 }
 
 fn describe(relation: u32, only: Option<&[u32]>, age_column: Option<&str>) -> Result<Vec<Leaf>> {
-    // Planned once per backend, generically (its parameters switch one branch or the other
-    // off): steps read their leaves with it.
-    let leaves: Option<Vec<Leaf>> = prepared::generic_plans(|| {
-        query_json_kept(
+    // Planned once per backend: steps read their leaves with it.
+    let leaves: Option<Vec<Leaf>> = query_json_kept(
         &"WITH l(relid) AS (
              SELECT b FROM retention._below($1::bigint::oid) b
               JOIN pg_catalog.pg_class c ON c.oid = b AND c.relkind <> 'p'
@@ -179,8 +177,7 @@ fn describe(relation: u32, only: Option<&[u32]>, age_column: Option<&str>) -> Re
             only.map(|oids| oids.iter().map(|&o| i64::from(o)).collect::<Vec<i64>>())
                 .into(),
         ],
-        )
-    })?;
+    )?;
     leaves.ok_or_else(|| returned_nothing("listing a table's leaves"))
 }
 

@@ -56,24 +56,6 @@ pub fn cached(sql: &str, args: &[PgOid], mutating: bool) -> Result<Rc<OwnedPrepa
     Ok(plan)
 }
 
-/// Runs `f` with `plan_cache_mode = force_generic_plan` (and the setting before again
-/// afterwards, local to the transaction either way): for a kept plan whose parameters only
-/// switch parts of it on and off, so that the custom plans Postgres would otherwise make at
-/// every run (planning a catalog read costs more than running it) gain nothing.
-pub fn generic_plans<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    let current = cached("SELECT current_setting('plan_cache_mode')", &[], false)?;
-    let previous = one::<String>(&current, &[])?.unwrap_or_else(|| "auto".to_owned());
-    let set = cached(
-        "SELECT pg_catalog.set_config('plan_cache_mode', $1, true)",
-        &[PgOid::BuiltIn(pgrx::pg_sys::BuiltinOid::TEXTOID)],
-        false,
-    )?;
-    run(&set, &["force_generic_plan".into()])?;
-    let result = f();
-    run(&set, &[previous.as_str().into()])?;
-    result
-}
-
 /// Makes the current transaction commit without waiting for its WAL to reach disk
 /// (`synchronous_commit = off` until it ends). For transactions whose loss in a crash loses
 /// nothing but work that is done again: see the callers.
