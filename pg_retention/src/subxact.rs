@@ -48,14 +48,7 @@ fn subtransaction<R>(
     // context and owner are the caller's and outlive the subtransaction. A catch handler that
     // rolls back says so, and the paths after `execute` then do nothing more.
     unsafe {
-        let context = pg_sys::CurrentMemoryContext;
-        let owner = pg_sys::CurrentResourceOwner;
-        let restore = move || {
-            pg_sys::MemoryContextSwitchTo(context);
-            pg_sys::CurrentResourceOwner = owner;
-        };
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(context);
+        let restore = begin();
         let mut builder = PgTryBuilder::new(AssertUnwindSafe(|| f().map(|r| (r, false))));
         if let Some(busy) = busy {
             let caught = move |_| {
@@ -90,6 +83,21 @@ fn subtransaction<R>(
     }
 }
 
+/// Begins an internal subtransaction in the caller's memory context; returns what puts the
+/// caller's context and resource owner back after its release or rollback.
+///
+/// Safety: the caller pairs it with exactly one release or rollback, at the same SPI level.
+unsafe fn begin() -> impl Fn() + Copy {
+    let context = pg_sys::CurrentMemoryContext;
+    let owner = pg_sys::CurrentResourceOwner;
+    pg_sys::BeginInternalSubTransaction(std::ptr::null());
+    pg_sys::MemoryContextSwitchTo(context);
+    move || {
+        pg_sys::MemoryContextSwitchTo(context);
+        pg_sys::CurrentResourceOwner = owner;
+    }
+}
+
 /// An error [`or_error`] caught.
 #[derive(Debug)]
 pub struct Failure {
@@ -106,14 +114,7 @@ pub fn or_error<T>(f: impl FnOnce() -> Result<T>) -> Result<std::result::Result<
     // Safety: as in `subtransaction`, begin/release/rollback pair up on every path, in the same
     // backend and at the same SPI level, and the caller's context and owner come back.
     unsafe {
-        let context = pg_sys::CurrentMemoryContext;
-        let owner = pg_sys::CurrentResourceOwner;
-        let restore = move || {
-            pg_sys::MemoryContextSwitchTo(context);
-            pg_sys::CurrentResourceOwner = owner;
-        };
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(context);
+        let restore = begin();
         // The flag: whether a handler below has rolled back already.
         let result = PgTryBuilder::new(AssertUnwindSafe(|| match f() {
             Ok(v) => Ok((Ok(v), false)),

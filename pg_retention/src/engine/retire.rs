@@ -74,19 +74,12 @@ pub fn whole_leaf(
     let (Some(age), Some(cutoff)) = (policy.age_column.as_deref(), elig.cutoff()) else {
         return Ok(None);
     };
-    let age_type = &rel.column(age)?.type_name;
-    let bounded: Vec<String> = leaf
-        .age_bounds
-        .upper
-        .iter()
-        .filter_map(|b| partition::bound_value(b))
-        .map(|v| format!("coalesce({}::{age_type} <= {cutoff}, false)", literal(&v)))
-        .collect();
-    let bounded = if bounded.is_empty() {
-        "false".to_owned()
-    } else {
-        bounded.join(" OR ")
-    };
+    let bounded = any_bound(
+        &leaf.age_bounds.upper,
+        &rel.column(age)?.type_name,
+        "<=",
+        &cutoff,
+    );
     let every_row = format!(
         "NOT EXISTS (SELECT 1 FROM ONLY {table} t WHERE NOT ({eligible}))",
         table = leaf.qualified,
@@ -118,6 +111,21 @@ pub fn whole_leaf(
         Some("every_row") => Some(Proof::EveryRow),
         _ => None,
     })
+}
+
+/// SQL that is true when one of the printed range `bounds` (of the age column, of type
+/// `age_type`) compares with `op` to `cutoff` (SQL); false without a bound that reads back.
+pub fn any_bound(bounds: &[String], age_type: &str, op: &str, cutoff: &str) -> String {
+    let tests: Vec<String> = bounds
+        .iter()
+        .filter_map(|b| partition::bound_value(b))
+        .map(|v| format!("coalesce({}::{age_type} {op} {cutoff}, false)", literal(&v)))
+        .collect();
+    if tests.is_empty() {
+        "false".to_owned()
+    } else {
+        tests.join(" OR ")
+    }
 }
 
 /// Proves that `leaf` can go whole and has at most `remaining` rows, and counts it, under a

@@ -3,10 +3,10 @@
 //! which leaves may hold eligible rows.
 
 use super::MAX_SPAN;
-use crate::catalog::{partition, prepared, Leaf, Policy, RelationInfo};
+use crate::catalog::{prepared, Leaf, Policy, RelationInfo};
 use crate::engine::eligible::Eligibility;
+use crate::engine::retire;
 use crate::error::{present, Result, RetentionError};
-use crate::sql_text::literal;
 use pgrx::prelude::*;
 use pgrx::PgOid;
 
@@ -81,20 +81,7 @@ pub(super) fn leaves_to_sweep(
     let age_type = &rel.column(age)?.type_name;
     let young: Vec<String> = leaves
         .iter()
-        .map(|l| {
-            let after: Vec<String> = l
-                .age_bounds
-                .lower
-                .iter()
-                .filter_map(|b| partition::bound_value(b))
-                .map(|v| format!("coalesce({}::{age_type} >= {cutoff}, false)", literal(&v)))
-                .collect();
-            if after.is_empty() {
-                "false".to_owned()
-            } else {
-                after.join(" OR ")
-            }
-        })
+        .map(|l| retire::any_bound(&l.age_bounds.lower, age_type, ">=", &cutoff))
         .collect();
     if young.is_empty() {
         return Ok(vec![]);
