@@ -78,6 +78,17 @@ fn exists(db: &mut Client, table: &str) -> bool {
     ) == 1
 }
 
+/// (partition, rows) of each wholly expired leaf now, in the ledger's naming.
+fn wholly_expired_rows(db: &mut Client) -> Vec<(String, i64)> {
+    WHOLLY_EXPIRED
+        .iter()
+        .map(|l| {
+            let n = count(db, &format!("SELECT count(*) FROM ONLY {l}"));
+            (format!("public.{l}"), n)
+        })
+        .collect()
+}
+
 /// (partition, rows) of every `drop_partition` ledger record, by partition name.
 fn drops(db: &mut Client) -> Vec<(String, i64)> {
     db.query(
@@ -107,13 +118,7 @@ fn an_expired_range_leaf_is_dropped_whole_and_ledgered_with_its_exact_row_count(
     events(&mut db);
     policy(&mut db, "");
     let expired_before = expired(&mut db);
-    let per_leaf: Vec<(String, i64)> = WHOLLY_EXPIRED
-        .iter()
-        .map(|l| {
-            let n = count(&mut db, &format!("SELECT count(*) FROM ONLY {l}"));
-            (format!("public.{l}"), n)
-        })
-        .collect();
+    let per_leaf = wholly_expired_rows(&mut db);
     let in_default = count(&mut db, "SELECT count(*) FROM ONLY events_default");
     assert!(
         in_default > 0,
@@ -1096,13 +1101,7 @@ fn a_leaf_left_detached_by_a_killed_run_is_attached_again_by_the_next_run_or_kep
     let mut db = c.connect("postgres");
     events(&mut db);
     policy(&mut db, "");
-    let per_leaf: Vec<(String, i64)> = WHOLLY_EXPIRED
-        .iter()
-        .map(|l| {
-            let n = count(&mut db, &format!("SELECT count(*) FROM ONLY {l}"));
-            (format!("public.{l}"), n)
-        })
-        .collect();
+    let per_leaf = wholly_expired_rows(&mut db);
     // The run's drop waits, and its session is killed there: between the transaction that
     // detached the leaves and the one that drops them.
     on_drop_table(&mut db, "PERFORM pg_sleep(60);");

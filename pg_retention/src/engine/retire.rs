@@ -64,11 +64,7 @@ pub fn whole_leaf(
     {
         return Ok(None);
     }
-    let may_drop = Spi::get_one_with_args::<bool>(
-        "SELECT pg_catalog.pg_has_role($1::bigint::oid, $2::bigint::oid, 'USAGE')",
-        &[i64::from(policy.owner).into(), i64::from(leaf.owner).into()],
-    )?;
-    if may_drop != Some(true) {
+    if !member_of(policy.owner, leaf.owner)? {
         return Ok(None);
     }
     let (Some(age), Some(cutoff)) = (policy.age_column.as_deref(), elig.cutoff()) else {
@@ -166,12 +162,7 @@ pub fn prove(
 /// `pg_retention.drop_lock_timeout` and in a subtransaction: busy when the partitioned table's
 /// ACCESS EXCLUSIVE lock (which every drop of a partition takes) is not granted in time.
 pub fn drop_now(owner: u32, leaf: &Leaf) -> Result<Attempt<()>> {
-    lock_timeout(|| {
-        subxact::unless_busy(|| {
-            drop_leaf(owner, leaf)?;
-            Ok(Some(()))
-        })
-    })
+    in_time(owner, &drop_table(&leaf.qualified))
 }
 
 /// Drops `leaf` (the leaf `elig` is on) under its proof, within `pg_retention.drop_lock_timeout`
@@ -189,7 +180,7 @@ pub fn drop_proven(
         subxact::unless_busy(|| {
             let proven = prove_locked(elig, rel, leaf, admit)?;
             if proven.is_some() {
-                drop_leaf(elig.policy().owner, leaf)?;
+                run_as(elig.policy().owner, &drop_table(&leaf.qualified))?;
             }
             Ok(proven)
         })
@@ -220,10 +211,10 @@ fn prove_locked(
 /// Takes a SHARE lock on `leaf` as `owner` (the policy's): none of its rows can change, and no
 /// row can be added to it, until the transaction ends.
 fn lock_rows(owner: u32, leaf: &Leaf) -> Result<()> {
-    crate::author::run_as(owner, || {
-        Spi::run(&format!("LOCK TABLE ONLY {} IN SHARE MODE", leaf.qualified))?;
-        Ok(())
-    })
+    run_as(
+        owner,
+        &format!("LOCK TABLE ONLY {} IN SHARE MODE", leaf.qualified),
+    )
 }
 
 /// The rows of `leaf`, counted as `owner`.
@@ -236,16 +227,47 @@ pub fn rows_in(owner: u32, leaf: &Leaf) -> Result<i64> {
     })
 }
 
-/// Drops `leaf` as `owner`, who may (see [`whole_leaf`]).
-fn drop_leaf(owner: u32, leaf: &Leaf) -> Result<()> {
-    drop_leaf_named(owner, &leaf.qualified)
+/// The statement that drops the leaf `qualified` (run as a policy owner who may: see
+/// [`whole_leaf`]).
+fn drop_table(qualified: &str) -> String {
+    format!("DROP TABLE {qualified}")
 }
 
-fn drop_leaf_named(owner: u32, qualified: &str) -> Result<()> {
+/// Runs the utility statement `sql` as `owner` (PostgreSQL checks the owner's rights).
+fn run_as(owner: u32, sql: &str) -> Result<()> {
     crate::author::run_as(owner, || {
-        Spi::run(&format!("DROP TABLE {qualified}"))?;
+        Spi::run(sql)?;
         Ok(())
     })
+}
+
+/// [`run_as`] within `pg_retention.drop_lock_timeout` and in a subtransaction: busy, with
+/// nothing of it left, when a lock it needs is not granted in time.
+fn in_time(owner: u32, sql: &str) -> Result<Attempt<()>> {
+    lock_timeout(|| {
+        subxact::unless_busy(|| {
+            run_as(owner, sql)?;
+            Ok(Some(()))
+        })
+    })
+}
+
+/// Whether role `role` is a member of role `of` (may act as its tables' owner).
+fn member_of(role: u32, of: u32) -> Result<bool> {
+    Ok(Spi::get_one_with_args::<bool>(
+        "SELECT pg_catalog.pg_has_role($1::bigint::oid, $2::bigint::oid, 'USAGE')",
+        &[i64::from(role).into(), i64::from(of).into()],
+    )? == Some(true))
+}
+
+/// Relation `oid`'s quoted, schema-qualified name as it is now; None when it is gone.
+fn qualified_now(oid: u32) -> Result<Option<String>> {
+    Ok(Spi::get_one_with_args::<String>(
+        "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+          WHERE c.oid = $1::bigint::oid",
+        &[i64::from(oid).into()],
+    )?)
 }
 
 /// Whether `owner` may detach `leaf` from its partitioned table (owns that table too), so
@@ -254,10 +276,7 @@ pub fn may_detach(owner: u32, leaf: &Leaf) -> Result<bool> {
     let (Some(_), Some(parent_owner)) = (&leaf.parent, leaf.parent_owner) else {
         return Ok(false);
     };
-    Ok(Spi::get_one_with_args::<bool>(
-        "SELECT pg_catalog.pg_has_role($1::bigint::oid, $2::bigint::oid, 'USAGE')",
-        &[i64::from(owner).into(), i64::from(parent_owner).into()],
-    )? == Some(true))
+    member_of(owner, parent_owner)
 }
 
 /// Detaches `leaf`, proven by [`prove`] in this transaction, from its partitioned table as
@@ -272,18 +291,10 @@ pub fn detach_now(owner: u32, leaf: &Leaf) -> Result<Attempt<()>> {
     let Some(parent) = &leaf.parent else {
         return Ok(Attempt::Declined);
     };
-    lock_timeout(|| {
-        subxact::unless_busy(|| {
-            crate::author::run_as(owner, || {
-                Spi::run(&format!(
-                    "ALTER TABLE {parent} DETACH PARTITION {}",
-                    leaf.qualified
-                ))?;
-                Ok(())
-            })?;
-            Ok(Some(()))
-        })
-    })
+    in_time(
+        owner,
+        &format!("ALTER TABLE {parent} DETACH PARTITION {}", leaf.qualified),
+    )
 }
 
 /// Takes the session lock on a leaf [`detach_now`] detached in this transaction (which holds
@@ -310,7 +321,7 @@ pub fn still_detached_by_us(oid: u32) -> Result<bool> {
 /// Drops a leaf [`detach_now`] detached, as `owner`, and lets go of its session lock: the
 /// drop's own lock keeps it until the commit.
 pub fn drop_detached(owner: u32, oid: u32, qualified: &str) -> Result<()> {
-    drop_leaf_named(owner, qualified)?;
+    run_as(owner, &drop_table(qualified))?;
     session_lock(oid, false);
     Ok(())
 }
@@ -326,32 +337,16 @@ pub fn attach_again(owner: u32, oid: u32, parent: u32, bound: &str) -> Result<At
             "not a partition bound to attach with: {bound}"
         )));
     }
-    let names = Spi::get_two_with_args::<String, String>(
-        "SELECT (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
-                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                  WHERE c.oid = $1::bigint::oid),
-                (SELECT format('%I.%I', n.nspname, c.relname) FROM pg_catalog.pg_class c
-                   JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-                  WHERE c.oid = $2::bigint::oid)",
-        &[i64::from(oid).into(), i64::from(parent).into()],
-    )?;
-    let (Some(leaf), Some(parent)) = names else {
+    let (Some(leaf), Some(parent)) = (qualified_now(oid)?, qualified_now(parent)?) else {
         return Err(RetentionError::Internal(format!(
             "the leaf (oid {oid}) or its partitioned table (oid {parent}) no longer exists"
         )));
     };
     let held = still_detached_by_us(oid)?;
-    let attempt = lock_timeout(|| {
-        subxact::unless_busy(|| {
-            crate::author::run_as(owner, || {
-                Spi::run(&format!(
-                    "ALTER TABLE {parent} ATTACH PARTITION {leaf} {bound}"
-                ))?;
-                Ok(())
-            })?;
-            Ok(Some(()))
-        })
-    })?;
+    let attempt = in_time(
+        owner,
+        &format!("ALTER TABLE {parent} ATTACH PARTITION {leaf} {bound}"),
+    )?;
     if held {
         // Kept by the attach's own lock until the commit, or, when it did not happen, given
         // up: whoever acts on the leaf next locks it again.
