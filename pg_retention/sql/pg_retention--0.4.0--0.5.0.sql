@@ -577,6 +577,15 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_slice_wrapper';
 
+-- pg_retention/src/catalog/tree.rs:87
+-- pg_retention::catalog::tree::_below
+CREATE OR REPLACE FUNCTION "_below"(
+	"relation" oid /* pg_sys :: Oid */
+) RETURNS SETOF oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_below_wrapper';
+
 -- pg_retention/src/api/archive.rs:10
 -- pg_retention::api::archive::_claim_batch
 CREATE OR REPLACE FUNCTION "_claim_batch"(
@@ -946,6 +955,15 @@ STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_sweep_step_wrapper';
+
+-- pg_retention/src/catalog/tree.rs:95
+-- pg_retention::catalog::tree::_tree_of
+CREATE OR REPLACE FUNCTION "_tree_of"(
+	"relation" oid /* pg_sys :: Oid */
+) RETURNS SETOF oid /* pg_sys :: Oid */
+STRICT STABLE PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_tree_of_wrapper';
 
 -- pg_retention/src/api/consumer.rs:228
 -- pg_retention::api::consumer::_unregister_consumer
@@ -1597,27 +1615,8 @@ BEGIN
 END
 $fn$;
 
--- A table and every partition under it, at any depth, read from pg_inherits alone:
--- pg_partition_tree locks every partition it lists until the transaction ends, and a drop of
--- one of them would wait for that.
-CREATE OR REPLACE FUNCTION retention._below(relation oid) RETURNS SETOF oid
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
-AS $fn$ WITH RECURSIVE below(relid) AS (
-            SELECT _below.relation
-            UNION ALL
-            SELECT i.inhrelid FROM below b
-              JOIN pg_inherits i ON i.inhparent = b.relid
-              JOIN pg_class c ON c.oid = i.inhrelid AND c.relispartition)
-        SELECT relid FROM below $fn$;
-
--- The tables that share rows with a table: itself, the partitioned tables it is a partition of,
--- and, for a partitioned table, every partition under it. Holds on any of them reach its rows
--- (a hold on a partition protects that partition's rows), foreign keys to any of them guard
--- them, and policies on any of them govern them. Takes no lock (pg_partition_ancestors none).
-CREATE OR REPLACE FUNCTION retention._tree_of(relation oid) RETURNS SETOF oid
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT a.relid FROM pg_partition_ancestors(_tree_of.relation) a
-        UNION SELECT retention._below(_tree_of.relation) $fn$;
+-- retention._below (a table and every partition under it) and retention._tree_of (the tables
+-- that share rows with a table) are in Rust: src/catalog/tree.rs.
 
 -- How many holds have ever reached a table's rows: the hold fence of the delete statements,
 -- which run as a policy's owner and cannot read the catalog themselves.

@@ -4,6 +4,7 @@
 //! ledger (`ledger.rs`), window links (`link.rs`), pull consumers (`consumer.rs`), the WAL
 //! budget of paced sweeps (`wal_budget.rs`), erasures that reach archives (`supersession.rs`),
 //! leaves detached to be dropped whole (`retiring.rs`).
+//! `tree.rs` reads a table's partition tree without locks (`retention._below`, `_tree_of`).
 //! `relation.rs` describes governed tables from the system catalogs. The worker's state
 //! (`worker_state.rs`) is written through the worker's SQL functions in `sql/api.sql`.
 
@@ -18,6 +19,7 @@ pub mod prepared;
 pub mod relation;
 pub mod retiring;
 pub mod supersession;
+pub mod tree;
 pub mod wal_budget;
 pub mod worker_state;
 
