@@ -494,7 +494,23 @@ $fn$;
 -- is never dropped, the trigger needs it).
 CREATE OR REPLACE FUNCTION retention._count_ledger_entries() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    one retention.ledger_entries;
 BEGIN
+    -- A sweep step appends one prune entry of its own (no archive): it moves two counters of a
+    -- row that exists once its policy has run, which one UPDATE does (~0.05 ms) where the
+    -- general statement takes ~0.35 ms, at every step. Its effect is the same.
+    IF (SELECT count(*) FROM new_entries) = 1 THEN
+        SELECT * INTO one FROM new_entries;
+        IF one.method = 'prune' AND one.archive_id IS NULL AND one.policy_id IS NOT NULL THEN
+            UPDATE retention.policy_counters
+               SET rows_deleted = rows_deleted + one.rows, batches = batches + 1
+             WHERE policy_id = one.policy_id;
+            IF FOUND THEN
+                RETURN NULL;
+            END IF;
+        END IF;
+    END IF;
     -- A statement that appended nothing counted (a claim's entry) skips the counting statement
     -- (about 0.4 ms a call here, most of it planning).
     IF EXISTS (SELECT 1 FROM new_entries n WHERE retention._counts(n.method, n.archive_id)) THEN
@@ -577,7 +593,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_slice_wrapper';
 
--- pg_retention/src/catalog/tree.rs:87
+-- pg_retention/src/catalog/tree.rs:90
 -- pg_retention::catalog::tree::_below
 CREATE OR REPLACE FUNCTION "_below"(
 	"relation" oid /* pg_sys :: Oid */
@@ -956,7 +972,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_sweep_step_wrapper';
 
--- pg_retention/src/catalog/tree.rs:95
+-- pg_retention/src/catalog/tree.rs:98
 -- pg_retention::catalog::tree::_tree_of
 CREATE OR REPLACE FUNCTION "_tree_of"(
 	"relation" oid /* pg_sys :: Oid */
