@@ -485,6 +485,15 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
     GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
     RAISE WARNING 'pg_retention: could not close the run of policy %: %', state->>'policy', msg;
+    -- The close's drops went with its rollback; this session's locks on the leaves the last
+    -- step detached did not (session locks outlive a rollback). Let go of them, so that the
+    -- policy's next run, in any session, attaches them again.
+    BEGIN
+        PERFORM retention._sweep_let_go(state);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+        RAISE WARNING 'pg_retention: policy %: could not let go of its detached leaves: %', state->>'policy', msg;
+    END;
     RETURN state;
 END
 $fn$;

@@ -940,7 +940,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_sweep_failed_wrapper';
 
--- pg_retention/src/api/sweep.rs:89
+-- pg_retention/src/api/sweep.rs:97
 -- pg_retention::api::sweep::_sweep_finish
 CREATE OR REPLACE FUNCTION "_sweep_finish"(
 	"state" jsonb /* pgrx :: JsonB */
@@ -949,6 +949,16 @@ STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_sweep_finish_wrapper';
+
+-- pg_retention/src/api/sweep.rs:90
+-- pg_retention::api::sweep::_sweep_let_go
+CREATE OR REPLACE FUNCTION "_sweep_let_go"(
+	"state" jsonb /* pgrx :: JsonB */
+) RETURNS void
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_sweep_let_go_wrapper';
 
 -- pg_retention/src/api/sweep.rs:26
 -- pg_retention::api::sweep::_sweep_start
@@ -1523,6 +1533,15 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
     GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
     RAISE WARNING 'pg_retention: could not close the run of policy %: %', state->>'policy', msg;
+    -- The close's drops went with its rollback; this session's locks on the leaves the last
+    -- step detached did not (session locks outlive a rollback). Let go of them, so that the
+    -- policy's next run, in any session, attaches them again.
+    BEGIN
+        PERFORM retention._sweep_let_go(state);
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
+        RAISE WARNING 'pg_retention: policy %: could not let go of its detached leaves: %', state->>'policy', msg;
+    END;
     RETURN state;
 END
 $fn$;

@@ -614,3 +614,95 @@ fn a_sweep_waits_while_a_streaming_replica_lags_and_finishes_when_it_catches_up(
         ) >= 1
     );
 }
+
+#[test]
+fn a_worker_run_whose_close_fails_lets_go_of_the_leaves_it_detached_and_the_next_run_settles_them()
+{
+    let c = worker_cluster(&[]);
+    worker_pid(&c);
+    let mut db = c.connect("postgres");
+    // Two leaves wholly past the cutoff and one wholly after it (too young to sweep): the run's
+    // one step detaches the two and ends the run, and its close (the next transaction) drops
+    // them.
+    db.batch_execute(
+        "CREATE TABLE archive_log (id bigint NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (id, at))
+             PARTITION BY RANGE (at);
+         CREATE TABLE archive_log_jan PARTITION OF archive_log FOR VALUES FROM ('2020-01-01') TO ('2020-02-01');
+         CREATE TABLE archive_log_feb PARTITION OF archive_log FOR VALUES FROM ('2020-02-01') TO ('2020-03-01');
+         DO $$ BEGIN
+             EXECUTE format('CREATE TABLE archive_log_now PARTITION OF archive_log
+                               FOR VALUES FROM (%L) TO (%L)', now() - interval '1 day', 'infinity');
+         END $$;
+         INSERT INTO archive_log SELECT g, '2020-01-01'::timestamptz + g * interval '1 hour'
+           FROM generate_series(1, 1000) g;
+         INSERT INTO archive_log SELECT g, now() FROM generate_series(1001, 1010) g;
+         SELECT retention.add_policy(name => 'archive_log', relation => 'archive_log', kind => 'age',
+                                     age_column => 'at', older_than => '30 days');
+         -- The close's drops fail.
+         CREATE FUNCTION no_drops() RETURNS event_trigger LANGUAGE plpgsql
+             AS $$ BEGIN RAISE EXCEPTION 'no drops today' USING ERRCODE = '55000'; END $$;
+         CREATE EVENT TRIGGER no_drops ON ddl_command_start WHEN TAG IN ('DROP TABLE')
+             EXECUTE FUNCTION no_drops();",
+    )
+    .unwrap();
+    let jan = scalar(&mut db, "SELECT count(*) FROM ONLY archive_log_jan");
+    let feb = scalar(&mut db, "SELECT count(*) FROM ONLY archive_log_feb");
+    wake_and_wait(&c);
+    let ledger: Vec<String> = db
+        .query(
+            "SELECT method || ' ' || rows || ' ' || detail::text FROM retention.ledger ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        c.log()
+            .contains("could not close the run of policy archive_log"),
+        "the close failed; ledger: {ledger:#?}\nlog:\n{}",
+        c.log()
+    );
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.retiring_leaves"),
+        2,
+        "both leaves were detached and are still recorded"
+    );
+    // The worker, idle until its next cycle an hour away, holds neither: another session
+    // locks them at once.
+    db.batch_execute(
+        "SET lock_timeout = '2s';
+         BEGIN;
+         LOCK TABLE archive_log_jan, archive_log_feb IN ACCESS EXCLUSIVE MODE;
+         COMMIT;
+         RESET lock_timeout;",
+    )
+    .unwrap();
+    // The next run, in another session, attaches them again and retires them.
+    db.batch_execute("DROP EVENT TRIGGER no_drops").unwrap();
+    db.batch_execute("CALL retention.run('archive_log')")
+        .unwrap();
+    let dropped: Vec<(String, i64)> = db
+        .query(
+            "SELECT detail->>'partition', rows FROM retention.ledger
+              WHERE method = 'drop_partition' ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        dropped,
+        vec![
+            ("public.archive_log_feb".to_owned(), feb),
+            ("public.archive_log_jan".to_owned(), jan),
+        ]
+    );
+    assert_eq!(jan + feb, 1000);
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM archive_log"), 10);
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.retiring_leaves"),
+        0
+    );
+}

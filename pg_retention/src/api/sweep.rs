@@ -85,6 +85,14 @@ fn _sweep_failed(state: pgrx::JsonB, message: &str, sqlstate: &str) -> pgrx::Jso
         .or_report()
 }
 
+/// After a close that failed and was contained (the worker): lets go of this session's locks
+/// on the leaves the run's last step detached (see `sweep::let_go`).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _sweep_let_go(state: pgrx::JsonB) {
+    decode(state).and_then(|s| sweep::let_go(&s)).or_report()
+}
+
 /// Closes a run: hold skips, cap warning, run summary.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]

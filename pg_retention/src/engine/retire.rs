@@ -304,6 +304,12 @@ pub fn keep_detached(oid: u32) {
     session_lock(oid, true);
 }
 
+/// Lets go of the session lock taken by [`keep_detached`] on `oid`, which this session holds,
+/// leaving the leaf detached.
+pub fn let_go(oid: u32) {
+    session_lock(oid, false);
+}
+
 /// Whether this session still holds the lock [`detach_now`] took on `oid` (an aborted
 /// transaction releases session locks as well). Asked before the leaf is locked otherwise.
 pub fn still_detached_by_us(oid: u32) -> Result<bool> {

@@ -86,6 +86,20 @@ pub(super) fn put_all_back(mut state: SweepState) -> Result<SweepState> {
     Ok(state)
 }
 
+/// A close that failed, contained (the worker goes on): the drops and re-attachments it made
+/// were rolled back with it, but this session's locks on the leaves the last step detached
+/// outlive a rollback and would keep every other session's run from settling them until this
+/// session ends. Lets go of them; their records stay, and the policy's next run, in any
+/// session, attaches them again (as after a session that ended in between).
+pub fn let_go(state: &SweepState) -> Result<()> {
+    for &oid in &state.detached {
+        if retire::still_detached_by_us(oid)? {
+            retire::let_go(oid);
+        }
+    }
+    Ok(())
+}
+
 /// Settles the records an earlier run of `policy` left behind (see the module); run with the
 /// policy's pruner lock held, so no run of it is between its two transactions.
 pub(super) fn attach_left_behind(state: &SweepState, policy: &Policy) -> Result<()> {

@@ -17,6 +17,7 @@ mod plan;
 mod statements;
 
 pub use close::{failed, finish};
+pub use detached::let_go;
 use plan::{has_age_index, initial_span, leaves_to_sweep, table_blocks};
 use statements::{age_index_step, age_range_step, entity_step, row_step, run_step_sql};
 
