@@ -78,6 +78,18 @@ pub fn scalar(db: &mut postgres::Client, sql: &str) -> i64 {
         .get(0)
 }
 
+/// The first column of every row of a query.
+pub fn column<T: for<'a> postgres::types::FromSql<'a>>(
+    db: &mut postgres::Client,
+    sql: &str,
+) -> Vec<T> {
+    db.query(sql, &[])
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 /// The manifest `retention.batch_manifest(batch, digest)` renders, as JSON.
 pub fn manifest_of(db: &mut postgres::Client, batch: &str, digest: bool) -> serde_json::Value {
     let text: String = db

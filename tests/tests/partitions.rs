@@ -6,7 +6,7 @@
 //! retired while pg_partman premakes new leaves.
 
 use pg_retention_integration::archiver::{self, Archiver};
-use pg_retention_integration::{expect_error, scalar, Cluster};
+use pg_retention_integration::{column, expect_error, scalar, Cluster};
 use postgres::Client;
 use std::time::Duration;
 
@@ -598,15 +598,10 @@ fn a_leaf_a_consumer_pins_is_not_dropped_and_its_pinned_rows_stay() {
         count(&mut db, "SELECT pinned FROM retention.preview('events')"),
         pinned_expired
     );
-    let listed: Vec<String> = db
-        .query(
-            "SELECT partition FROM retention.preview_partitions('events')",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let listed: Vec<String> = column(
+        &mut db,
+        "SELECT partition FROM retention.preview_partitions('events')",
+    );
     assert!(
         listed.contains(&"public.events_m6".to_owned()),
         "{listed:?}"

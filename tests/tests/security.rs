@@ -5,7 +5,7 @@
 //! The attacker is `mallory`: a login in `retention_admin` that may create functions in
 //! `public` and owns one table, and nothing else.
 
-use pg_retention_integration::{expect_error, scalar, Cluster};
+use pg_retention_integration::{column, expect_error, scalar, Cluster};
 use postgres::Client;
 use std::time::Duration;
 
@@ -280,16 +280,11 @@ fn security_definer_functions_pin_a_search_path_without_public() {
             AND array_to_string(proconfig, ',') LIKE '%public%'",
     );
     assert_eq!(leaky, 0);
-    let unpinned: Vec<String> = db
-        .query(
-            "SELECT proname::text FROM pg_proc WHERE pronamespace = 'retention'::regnamespace AND prosecdef
-                AND NOT coalesce(array_to_string(proconfig, ',') LIKE '%search_path=pg_catalog, pg_temp%', false)",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let unpinned: Vec<String> = column(
+        &mut db,
+        "SELECT proname::text FROM pg_proc WHERE pronamespace = 'retention'::regnamespace AND prosecdef
+            AND NOT coalesce(array_to_string(proconfig, ',') LIKE '%search_path=pg_catalog, pg_temp%', false)",
+    );
     assert!(
         unpinned.is_empty(),
         "SECURITY DEFINER without the pinned path: {unpinned:?}"

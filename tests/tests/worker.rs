@@ -1,7 +1,7 @@
 //! The background worker against a real cluster with the library preloaded: scheduling,
 //! single pruner, signals, crashes, caps and health.
 
-use pg_retention_integration::{scalar, Cluster};
+use pg_retention_integration::{column, scalar, Cluster};
 use postgres::Client;
 use std::time::Duration;
 
@@ -356,15 +356,10 @@ fn the_cycle_cap_stops_the_cycle_and_is_flagged() {
         "the second policy waits for the next cycle"
     );
     assert_eq!(scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'cycle_cap' AND policy = 'b_second'"), 1);
-    let reasons: Vec<Vec<String>> = db
-        .query(
-            "SELECT reasons FROM retention.health() ORDER BY policy",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let reasons: Vec<Vec<String>> = column(
+        &mut db,
+        "SELECT reasons FROM retention.health() ORDER BY policy",
+    );
     assert!(
         reasons[0].iter().any(|r| r.contains("run cap hit")),
         "{reasons:?}"
@@ -648,15 +643,10 @@ fn a_worker_run_whose_close_fails_lets_go_of_the_leaves_it_detached_and_the_next
     let jan = scalar(&mut db, "SELECT count(*) FROM ONLY archive_log_jan");
     let feb = scalar(&mut db, "SELECT count(*) FROM ONLY archive_log_feb");
     wake_and_wait(&c);
-    let ledger: Vec<String> = db
-        .query(
-            "SELECT method || ' ' || rows || ' ' || detail::text FROM retention.ledger ORDER BY id",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let ledger: Vec<String> = column(
+        &mut db,
+        "SELECT method || ' ' || rows || ' ' || detail::text FROM retention.ledger ORDER BY id",
+    );
     assert!(
         c.log()
             .contains("could not close the run of policy archive_log"),
