@@ -90,6 +90,36 @@ pub fn column<T: for<'a> postgres::types::FromSql<'a>>(
         .collect()
 }
 
+/// (partition, rows) of every `drop_partition` ledger record, by partition name.
+pub fn drops(db: &mut postgres::Client) -> Vec<(String, i64)> {
+    db.query(
+        "SELECT detail->>'partition', rows FROM retention.ledger WHERE method = 'drop_partition'
+          ORDER BY 1",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// An event trigger that runs `body` (plpgsql; the run's search_path is pg_catalog's alone)
+/// at the start of every `DROP TABLE`.
+pub fn on_drop_table(db: &mut postgres::Client, body: &str) {
+    db.batch_execute(&format!(
+        "CREATE FUNCTION on_drop() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN {body} END $$;
+         CREATE EVENT TRIGGER on_drop ON ddl_command_start WHEN TAG IN ('DROP TABLE')
+             EXECUTE FUNCTION on_drop();"
+    ))
+    .unwrap();
+}
+
+/// Removes what [`on_drop_table`] made.
+pub fn no_event_trigger(db: &mut postgres::Client) {
+    db.batch_execute("DROP EVENT TRIGGER on_drop; DROP FUNCTION on_drop();")
+        .unwrap();
+}
+
 /// The manifest `retention.batch_manifest(batch, digest)` renders, as JSON.
 pub fn manifest_of(db: &mut postgres::Client, batch: &str, digest: bool) -> serde_json::Value {
     let text: String = db

@@ -6,7 +6,9 @@
 //! retired while pg_partman premakes new leaves.
 
 use pg_retention_integration::archiver::{self, Archiver};
-use pg_retention_integration::{column, expect_error, scalar, Cluster};
+use pg_retention_integration::{
+    column, drops, expect_error, no_event_trigger, on_drop_table, scalar, Cluster,
+};
 use postgres::Client;
 use std::time::Duration;
 
@@ -90,18 +92,6 @@ fn wholly_expired_rows(db: &mut Client) -> Vec<(String, i64)> {
 }
 
 /// (partition, rows) of every `drop_partition` ledger record, by partition name.
-fn drops(db: &mut Client) -> Vec<(String, i64)> {
-    db.query(
-        "SELECT detail->>'partition', rows FROM retention.ledger WHERE method = 'drop_partition'
-          ORDER BY 1",
-        &[],
-    )
-    .unwrap()
-    .iter()
-    .map(|r| (r.get(0), r.get(1)))
-    .collect()
-}
-
 fn sorted(mut names: Vec<String>) -> Vec<String> {
     names.sort();
     names
@@ -984,22 +974,6 @@ fn a_pg_partman_managed_parent_is_retired_while_pg_partman_premakes_new_leaves()
         count(&mut db, "SELECT count(*) FROM pm"),
         240 - expired_before
     );
-}
-
-/// An event trigger that runs `body` (plpgsql; the run's search_path is pg_catalog's alone)
-/// at the start of every `DROP TABLE`.
-fn on_drop_table(db: &mut Client, body: &str) {
-    db.batch_execute(&format!(
-        "CREATE FUNCTION on_drop() RETURNS event_trigger LANGUAGE plpgsql AS $$ BEGIN {body} END $$;
-         CREATE EVENT TRIGGER on_drop ON ddl_command_start WHEN TAG IN ('DROP TABLE')
-             EXECUTE FUNCTION on_drop();"
-    ))
-    .unwrap();
-}
-
-fn no_event_trigger(db: &mut Client) {
-    db.batch_execute("DROP EVENT TRIGGER on_drop; DROP FUNCTION on_drop();")
-        .unwrap();
 }
 
 /// The leaves of `events`, by name.

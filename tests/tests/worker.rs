@@ -1,7 +1,7 @@
 //! The background worker against a real cluster with the library preloaded: scheduling,
 //! single pruner, signals, crashes, caps and health.
 
-use pg_retention_integration::{column, scalar, Cluster};
+use pg_retention_integration::{column, drops, no_event_trigger, on_drop_table, scalar, Cluster};
 use postgres::Client;
 use std::time::Duration;
 
@@ -632,14 +632,14 @@ fn a_worker_run_whose_close_fails_lets_go_of_the_leaves_it_detached_and_the_next
            FROM generate_series(1, 1000) g;
          INSERT INTO archive_log SELECT g, now() FROM generate_series(1001, 1010) g;
          SELECT retention.add_policy(name => 'archive_log', relation => 'archive_log', kind => 'age',
-                                     age_column => 'at', older_than => '30 days');
-         -- The close's drops fail.
-         CREATE FUNCTION no_drops() RETURNS event_trigger LANGUAGE plpgsql
-             AS $$ BEGIN RAISE EXCEPTION 'no drops today' USING ERRCODE = '55000'; END $$;
-         CREATE EVENT TRIGGER no_drops ON ddl_command_start WHEN TAG IN ('DROP TABLE')
-             EXECUTE FUNCTION no_drops();",
+                                     age_column => 'at', older_than => '30 days');",
     )
     .unwrap();
+    // The close's drops fail.
+    on_drop_table(
+        &mut db,
+        "RAISE EXCEPTION 'no drops today' USING ERRCODE = '55000';",
+    );
     let jan = scalar(&mut db, "SELECT count(*) FROM ONLY archive_log_jan");
     let feb = scalar(&mut db, "SELECT count(*) FROM ONLY archive_log_feb");
     wake_and_wait(&c);
@@ -669,21 +669,11 @@ fn a_worker_run_whose_close_fails_lets_go_of_the_leaves_it_detached_and_the_next
     )
     .unwrap();
     // The next run, in another session, attaches them again and retires them.
-    db.batch_execute("DROP EVENT TRIGGER no_drops").unwrap();
+    no_event_trigger(&mut db);
     db.batch_execute("CALL retention.run('archive_log')")
         .unwrap();
-    let dropped: Vec<(String, i64)> = db
-        .query(
-            "SELECT detail->>'partition', rows FROM retention.ledger
-              WHERE method = 'drop_partition' ORDER BY 1",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
     assert_eq!(
-        dropped,
+        drops(&mut db),
         vec![
             ("public.archive_log_feb".to_owned(), feb),
             ("public.archive_log_jan".to_owned(), jan),
