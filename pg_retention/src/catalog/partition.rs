@@ -150,21 +150,21 @@ fn describe(relation: u32, only: Option<&[u32]>, age_column: Option<&str>) -> Re
                         SELECT 1 FROM pg_catalog.pg_trigger tg
                          WHERE tg.tgrelid = c.oid AND NOT tg.tgisinternal AND tg.tgenabled <> 'D'
                            AND (tg.tgtype & 8) <> 0),
-                    'parent', (SELECT format('%I.%I', pn.nspname, pc.relname)
-                                 FROM pg_catalog.pg_inherits i
-                                 JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent
-                                 JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace
-                                WHERE i.inhrelid = c.oid AND c.relispartition),
-                    'parent_oid', (SELECT i.inhparent::bigint FROM pg_catalog.pg_inherits i
-                                    WHERE i.inhrelid = c.oid AND c.relispartition),
-                    'parent_owner', (SELECT pc.relowner::bigint
-                                       FROM pg_catalog.pg_inherits i
-                                       JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent
-                                      WHERE i.inhrelid = c.oid AND c.relispartition),
+                    'parent', p.qualified,
+                    'parent_oid', p.oid,
+                    'parent_owner', p.owner,
                     'lineage', {lineage})
                   ORDER BY c.oid), '[]')
            FROM l JOIN pg_catalog.pg_class c ON c.oid = l.relid
-           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+           -- The partitioned table a partition is in (a partition has exactly one).
+           LEFT JOIN LATERAL (
+                SELECT format('%I.%I', pn.nspname, pc.relname) AS qualified,
+                       pc.oid::bigint AS oid, pc.relowner::bigint AS owner
+                  FROM pg_catalog.pg_inherits i
+                  JOIN pg_catalog.pg_class pc ON pc.oid = i.inhparent
+                  JOIN pg_catalog.pg_namespace pn ON pn.oid = pc.relnamespace
+                 WHERE i.inhrelid = c.oid AND c.relispartition) p ON true"
             .replace("{lineage}", &LINEAGE.replace("{oid}", "c.oid")),
         &[
             PgOid::BuiltIn(pg_sys::BuiltinOid::INT8OID),
