@@ -2,7 +2,6 @@
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
-use pg_retention_format::Manifest;
 use std::str::FromStr;
 use std::time::Duration;
 use tokio_postgres::Client;
@@ -12,12 +11,15 @@ pub struct Db {
     client: Client,
 }
 
-/// A claimed batch and its slice.
+/// A claimed batch.
 pub struct Claim {
     /// The batch id.
     pub batch: String,
-    /// Its slice, rendered by the claim.
-    pub slice: Vec<u8>,
+    /// Its slice's length (the slice itself: [`Db::claimed_slice`]).
+    pub bytes: i64,
+    /// Its manifest (JSON) without the digest and sizes: the pipeline computes those from the
+    /// frames.
+    pub manifest: String,
     /// Whether claiming again at once may find more (the batch is full, or the table is
     /// partitioned and leaves after this one are left): a pass that claims nothing with more
     /// has caught up.
@@ -79,8 +81,9 @@ impl Db {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    /// Claims a batch (or, with `resume`, takes back this owner's unfinished one) and fetches
-    /// its slice, rendered from the rows the claim read.
+    /// Claims a batch (or, with `resume`, takes back this owner's unfinished one). The claim
+    /// renders the batch's slice from the rows it read and keeps it in its backend for
+    /// [`Db::claimed_slice`]; the manifest comes with the claim.
     pub async fn claim(
         &self,
         policy: &str,
@@ -92,32 +95,40 @@ impl Db {
         let row = self
             .client
             .query_one(
-                "SELECT c.batch::text, c.slice, c.more FROM retention.claim_slice($1, $2, make_interval(secs => $3), $4, $5) c",
+                "SELECT c.batch::text, c.bytes, c.more, c.manifest::text FROM retention.claim_next($1, $2, make_interval(secs => $3), $4, $5) c",
                 &[&policy, &rows, &secs(lease), &owner, &resume],
             )
             .await?;
-        let batch: Option<String> = row.get(0);
-        let slice: Option<Vec<u8>> = row.get(1);
-        let more: Option<bool> = row.get(2);
-        Ok(batch.map(|batch| Claim {
+        Ok(row.get::<_, Option<String>>(0).map(|batch| Claim {
             batch,
-            slice: slice.unwrap_or_default(),
+            bytes: row.get::<_, Option<i64>>(1).unwrap_or(0),
             // Never NULL beside a batch; if it were, going on is the safe reading.
-            more: more.unwrap_or(true),
+            more: row.get::<_, Option<bool>>(2).unwrap_or(true),
+            manifest: row.get::<_, Option<String>>(3).unwrap_or_default(),
         }))
     }
 
-    /// The batch's manifest, without the digest and sizes (the pipeline computes those from
-    /// the frames, so the extension renders the batch once less).
-    pub async fn manifest(&self, batch: &str) -> Result<Manifest> {
-        let row = self
+    /// The slice of the batch this connection just claimed, `bytes` long. `claimed_slice` hands
+    /// it over in pieces (through the claim's SQL wrapper every layer copied it whole); should
+    /// it not be there, the batch is rendered again from its key set.
+    pub async fn claimed_slice(&self, batch: &str, bytes: i64) -> Result<Vec<u8>> {
+        let pieces = self
             .client
-            .query_one(
-                "SELECT retention.batch_manifest($1::text::uuid, false)::text",
-                &[&batch],
-            )
+            .query("SELECT retention.claimed_slice($1::text::uuid)", &[&batch])
             .await?;
-        Ok(serde_json::from_str(row.get::<_, &str>(0))?)
+        if pieces.is_empty() {
+            return Ok(self
+                .client
+                .query_one("SELECT retention.batch_slice($1::text::uuid)", &[&batch])
+                .await?
+                .get::<_, Option<Vec<u8>>>(0)
+                .unwrap_or_default());
+        }
+        let mut slice = Vec::with_capacity(usize::try_from(bytes).unwrap_or(0));
+        for piece in &pieces {
+            slice.extend_from_slice(piece.get::<_, &[u8]>(0));
+        }
+        Ok(slice)
     }
 
     /// Extends the batch's lease.

@@ -61,10 +61,24 @@ pub fn encode_frame(row: &Row) -> Result<Vec<u8>> {
     Ok(frame)
 }
 
-fn read_values<'a>(body: &mut &'a [u8], offset: usize) -> Result<Vec<Option<&'a str>>> {
+/// What a walk over frames hands out, in order: each value of a row (its key values, then its
+/// column values), then the row's end.
+enum Event<'a> {
+    Key(Option<&'a str>),
+    Column(Option<&'a str>),
+    RowEnd,
+}
+
+/// Reads one MessagePack array of strings or nils, handing each value to `each` as `wrap` makes
+/// it an event. Nothing is allocated: counting a slice's frames checks it as decoding does.
+fn read_values<'a>(
+    body: &mut &'a [u8],
+    offset: usize,
+    wrap: fn(Option<&'a str>) -> Event<'a>,
+    each: &mut impl FnMut(Event<'a>),
+) -> Result<()> {
     let malformed = |reason: String| FormatError::Malformed { offset, reason };
     let n = rmp::decode::read_array_len(body).map_err(|e| malformed(format!("array: {e}")))?;
-    let mut out = Vec::with_capacity((n as usize).min(4096));
     for _ in 0..n {
         let marker = body
             .first()
@@ -72,7 +86,7 @@ fn read_values<'a>(body: &mut &'a [u8], offset: usize) -> Result<Vec<Option<&'a 
             .ok_or_else(|| malformed("value missing".into()))?;
         if marker == 0xc0 {
             *body = &body[1..];
-            out.push(None);
+            each(wrap(None));
             continue;
         }
         let len =
@@ -82,10 +96,10 @@ fn read_values<'a>(body: &mut &'a [u8], offset: usize) -> Result<Vec<Option<&'a 
         }
         let (s, rest) = body.split_at(len);
         let s = std::str::from_utf8(s).map_err(|e| malformed(format!("utf-8: {e}")))?;
-        out.push(Some(s));
+        each(wrap(Some(s)));
         *body = rest;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The length a frame's 4-byte big-endian prefix declares (the caller checked there are 4 bytes).
@@ -96,12 +110,15 @@ pub(crate) fn declared_len(prefix: &[u8]) -> usize {
 /// Decodes a whole slice into rows, refusing truncated, oversized or malformed input.
 pub fn decode_frames(bytes: &[u8]) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
-    let owned = |v: Vec<Option<&str>>| v.into_iter().map(|s| s.map(str::to_owned)).collect();
-    walk_frames(bytes, |key, columns| {
-        rows.push(Row {
-            key: owned(key),
-            columns: owned(columns),
-        })
+    let (mut key, mut columns) = (Vec::new(), Vec::new());
+    let owned = |s: Option<&str>| s.map(str::to_owned);
+    walk_frames(bytes, |e| match e {
+        Event::Key(v) => key.push(owned(v)),
+        Event::Column(v) => columns.push(owned(v)),
+        Event::RowEnd => rows.push(Row {
+            key: std::mem::take(&mut key),
+            columns: std::mem::take(&mut columns),
+        }),
     })?;
     Ok(rows)
 }
@@ -110,16 +127,17 @@ pub fn decode_frames(bytes: &[u8]) -> Result<Vec<Row>> {
 /// frames it holds.
 pub fn count_frames(bytes: &[u8]) -> Result<u64> {
     let mut n = 0u64;
-    walk_frames(bytes, |_, _| n += 1)?;
+    walk_frames(bytes, |e| {
+        if let Event::RowEnd = e {
+            n += 1;
+        }
+    })?;
     Ok(n)
 }
 
 /// Walks every frame of `bytes`, refusing truncated, oversized or malformed input, and hands
-/// each row's key values and column values to `row`.
-fn walk_frames<'a>(
-    mut bytes: &'a [u8],
-    mut row: impl FnMut(Vec<Option<&'a str>>, Vec<Option<&'a str>>),
-) -> Result<()> {
+/// each row's key values, column values and end to `each`.
+fn walk_frames<'a>(mut bytes: &'a [u8], mut each: impl FnMut(Event<'a>)) -> Result<()> {
     let mut offset = 0usize;
     while !bytes.is_empty() {
         if bytes.len() < 4 {
@@ -151,12 +169,12 @@ fn walk_frames<'a>(
         if outer != 2 {
             return Err(malformed("row must be [key, columns]"));
         }
-        let key = read_values(&mut body, offset)?;
-        let columns = read_values(&mut body, offset)?;
+        read_values(&mut body, offset, Event::Key, &mut each)?;
+        read_values(&mut body, offset, Event::Column, &mut each)?;
         if !body.is_empty() {
             return Err(malformed("trailing bytes inside frame"));
         }
-        row(key, columns);
+        each(Event::RowEnd);
         bytes = &bytes[4 + len..];
         offset += 4 + len;
     }

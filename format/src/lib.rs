@@ -20,4 +20,4 @@ pub use frame::{append_frame, count_frames, decode_frames, encode_frame, Row, MA
 pub use manifest::{ColumnSpec, Manifest, FORMAT_VERSION};
 pub use names::quote_ident;
 pub use stream::StreamDecoder;
-pub use verify::{check_slice, summarize, summarize_slice, verify_slice};
+pub use verify::{check_copy, check_slice, summarize, summarize_slice, verify_slice};

@@ -19,6 +19,13 @@ pub fn verify_slice(slice: &[u8], blake3_hex: &str, rows: u64, bytes: u64) -> Re
     Ok(decoded)
 }
 
+/// Checks that `copy` holds the very bytes of a slice that was decoded and hashed before: its
+/// length and BLAKE3. Equal digests mean equal bytes, so a slice read back from a store after
+/// its frames were checked is not decoded a second time.
+pub fn check_copy(copy: &[u8], blake3_hex: &str, bytes: u64) -> Result<()> {
+    check_digest(copy, blake3_hex, bytes)
+}
+
 fn check_digest(slice: &[u8], blake3_hex: &str, bytes: u64) -> Result<()> {
     if slice.len() as u64 != bytes {
         return Err(FormatError::Mismatch {

@@ -636,6 +636,22 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice, c.more
           FROM retention._claim_slice(policy, max_rows, lease::text, owner, resume) c $fn$;
 
+-- claim_slice without the slice in its result: it stays in this backend, and
+-- retention.claimed_slice(batch) returns it once, in 64 kB pieces, straight from C (the SQL
+-- layers copied the whole slice three times). bytes: its length; manifest: batch_manifest(batch,
+-- false). (NULL, NULL, false, NULL) when nothing is claimable.
+CREATE FUNCTION retention.claim_next(policy text, max_rows int DEFAULT 10000,
+                                     lease interval DEFAULT '10 minutes', owner text DEFAULT NULL,
+                                     resume boolean DEFAULT true,
+                                     OUT batch uuid, OUT bytes bigint, OUT more boolean,
+                                     OUT manifest jsonb)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
+    SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $fn$ SELECT (r->>'batch')::uuid, (r->>'bytes')::bigint, coalesce((r->>'more')::boolean, false),
+               r->'manifest'
+          FROM retention._result(retention._claim_next(policy, max_rows, lease::text, owner, resume)) r $fn$;
+
 -- The enabled archive policies: what an archiver has to work on.
 CREATE FUNCTION retention.archive_policies() RETURNS SETOF text
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -1053,6 +1069,7 @@ GRANT EXECUTE ON FUNCTION retention.report_position(text, text, bigint, text),
     TO retention_admin, retention_consumer;
 GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.claim_slice(text, int, interval, text, boolean),
+    retention.claim_next(text, int, interval, text, boolean), retention.claimed_slice(uuid),
     retention.batch_manifest(uuid, boolean),
     retention.batch_frames(uuid), retention.batch_slice(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text),
     retention.complete_batch(uuid, text, text, bigint, bigint, text), retention.archive_policies(),

@@ -545,7 +545,7 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_bound_wrapper';
 
--- pg_retention/src/api/archive.rs:74
+-- pg_retention/src/api/archive.rs:120
 -- pg_retention::api::archive::_batch_frames
 CREATE OR REPLACE FUNCTION "_batch_frames"(
 	"batch" TEXT /* & str */
@@ -558,7 +558,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_frames_wrapper';
 
--- pg_retention/src/api/archive.rs:65
+-- pg_retention/src/api/archive.rs:111
 -- pg_retention::api::archive::_batch_manifest
 CREATE OR REPLACE FUNCTION "_batch_manifest"(
 	"batch" TEXT, /* & str */
@@ -580,7 +580,7 @@ STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_quota_wrapper';
 
--- pg_retention/src/api/archive.rs:93
+-- pg_retention/src/api/archive.rs:139
 -- pg_retention::api::archive::_batch_slice
 CREATE OR REPLACE FUNCTION "_batch_slice"(
 	"batch" TEXT /* & str */
@@ -615,6 +615,20 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_claim_batch_wrapper';
 
+-- pg_retention/src/api/archive.rs:68
+-- pg_retention::api::archive::_claim_next
+CREATE OR REPLACE FUNCTION "_claim_next"(
+	"policy" TEXT, /* Option < & str > */
+	"max_rows" INT, /* Option < i32 > */
+	"lease" TEXT, /* Option < & str > */
+	"owner" TEXT, /* Option < & str > */
+	"resume" bool /* Option < bool > */
+) RETURNS jsonb /* pgrx :: JsonB */
+SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_claim_next_wrapper';
+
 -- pg_retention/src/api/archive.rs:31
 -- pg_retention::api::archive::_claim_slice
 CREATE OR REPLACE FUNCTION "_claim_slice"(
@@ -633,7 +647,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_claim_slice_wrapper';
 
--- pg_retention/src/api/archive.rs:121
+-- pg_retention/src/api/archive.rs:167
 -- pg_retention::api::archive::_complete_batch
 CREATE OR REPLACE FUNCTION "_complete_batch"(
 	"batch" TEXT, /* Option < & str > */
@@ -684,7 +698,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_erase_wrapper';
 
--- pg_retention/src/api/archive.rs:106
+-- pg_retention/src/api/archive.rs:152
 -- pg_retention::api::archive::_extend_lease
 CREATE OR REPLACE FUNCTION "_extend_lease"(
 	"batch" TEXT, /* & str */
@@ -833,7 +847,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_register_consumer_wrapper';
 
--- pg_retention/src/api/archive.rs:113
+-- pg_retention/src/api/archive.rs:159
 -- pg_retention::api::archive::_release_batch
 CREATE OR REPLACE FUNCTION "_release_batch"(
 	"batch" TEXT, /* & str */
@@ -1001,6 +1015,15 @@ STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_unregister_consumer_wrapper';
+
+-- pg_retention/src/api/archive.rs:100
+-- pg_retention::api::archive::claimed_slice
+CREATE OR REPLACE FUNCTION "claimed_slice"(
+	"batch" uuid /* pgrx :: Uuid */
+) RETURNS SETOF bytea /* Vec < u8 > */
+STRICT
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'claimed_slice_wrapper';
 
 -- pg_retention/src/api/preview.rs:42
 -- pg_retention::api::preview::preview
@@ -1684,6 +1707,22 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice, c.more
           FROM retention._claim_slice(policy, max_rows, lease::text, owner, resume) c $fn$;
 
+-- claim_slice without the slice in its result: it stays in this backend, and
+-- retention.claimed_slice(batch) returns it once, in 64 kB pieces, straight from C (the SQL
+-- layers copied the whole slice three times). bytes: its length; manifest: batch_manifest(batch,
+-- false). (NULL, NULL, false, NULL) when nothing is claimable.
+CREATE OR REPLACE FUNCTION retention.claim_next(policy text, max_rows int DEFAULT 10000,
+                                     lease interval DEFAULT '10 minutes', owner text DEFAULT NULL,
+                                     resume boolean DEFAULT true,
+                                     OUT batch uuid, OUT bytes bigint, OUT more boolean,
+                                     OUT manifest jsonb)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
+    SET extra_float_digits = 1 SET bytea_output = 'hex'
+AS $fn$ SELECT (r->>'batch')::uuid, (r->>'bytes')::bigint, coalesce((r->>'more')::boolean, false),
+               r->'manifest'
+          FROM retention._result(retention._claim_next(policy, max_rows, lease::text, owner, resume)) r $fn$;
+
 -- The enabled archive policies: what an archiver has to work on.
 CREATE OR REPLACE FUNCTION retention.archive_policies() RETURNS SETOF text
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -2101,6 +2140,7 @@ GRANT EXECUTE ON FUNCTION retention.report_position(text, text, bigint, text),
     TO retention_admin, retention_consumer;
 GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.claim_slice(text, int, interval, text, boolean),
+    retention.claim_next(text, int, interval, text, boolean), retention.claimed_slice(uuid),
     retention.batch_manifest(uuid, boolean),
     retention.batch_frames(uuid), retention.batch_slice(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text),
     retention.complete_batch(uuid, text, text, bigint, bigint, text), retention.archive_policies(),

@@ -552,6 +552,96 @@ fn claim_slice_renders_what_the_key_set_renders() {
     assert!(nothing, "nothing left: (NULL, NULL)");
 }
 
+/// claim_next keeps the slice in the claiming backend: claimed_slice hands it over in pieces
+/// that concatenate to the bytes the key set renders, once, only in that session and only to the
+/// role that claimed; the manifest comes with the claim. A session without the slice gets no
+/// rows (the archiver renders the batch again with batch_slice).
+#[test]
+fn claim_next_hands_its_slice_over_once_to_the_session_and_role_that_claimed() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    audit(&mut db, 20_000);
+    db.batch_execute(
+        "CREATE ROLE archiver LOGIN IN ROLE retention_archiver; CREATE ROLE other LOGIN IN ROLE retention_archiver;
+         SET ROLE archiver",
+    )
+    .unwrap();
+    let claim_next = |db: &mut Client, owner: &str| -> (String, i64, bool, String) {
+        let r = db
+            .query_one(
+                "SELECT batch::text, bytes, more, manifest::text FROM retention.claim_next('audit', 10000, '10 minutes', $1, false)",
+                &[&owner],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3))
+    };
+    let pieces = |db: &mut Client, batch: &str| -> Vec<Vec<u8>> {
+        db.query("SELECT retention.claimed_slice($1::text::uuid)", &[&batch])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
+    let (batch, bytes, more, manifest) = claim_next(&mut db, "one");
+    assert!(more, "a full batch says there may be more");
+    let manifest: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+    assert_eq!(manifest, manifest_of(&mut db, &batch, false));
+    assert_eq!(
+        (manifest["batch"].as_str(), manifest["rows"].as_i64()),
+        (Some(batch.as_str()), Some(10_000))
+    );
+    let got = pieces(&mut db, &batch);
+    assert!(
+        got.len() > 1,
+        "a slice of {bytes} bytes comes in pieces, got {}",
+        got.len()
+    );
+    let whole = got.concat();
+    assert_eq!(whole.len() as i64, bytes);
+    assert_eq!(decode_frames(&whole).unwrap().len(), 10_000);
+    assert_eq!(
+        slice(&mut db, &batch).0,
+        whole,
+        "the pieces are the batch's slice"
+    );
+    assert!(pieces(&mut db, &batch).is_empty(), "given out once");
+
+    // Another role in the same session, or another session, gets nothing.
+    let (second, ..) = claim_next(&mut db, "one");
+    db.batch_execute("SET ROLE other").unwrap();
+    assert!(pieces(&mut db, &second).is_empty(), "not to another role");
+    db.batch_execute("SET ROLE archiver").unwrap();
+    let mut elsewhere = c.connect("postgres");
+    elsewhere.batch_execute("SET ROLE archiver").unwrap();
+    assert!(
+        pieces(&mut elsewhere, &second).is_empty(),
+        "not to another session"
+    );
+    let (_, digest, rows, bytes) = slice(&mut db, &second);
+    assert_eq!(
+        complete(&mut db, &second, &digest, rows, bytes).unwrap(),
+        rows
+    );
+    let kept = pieces(&mut db, &second).concat();
+    assert_eq!(
+        kept.len() as i64,
+        bytes,
+        "the session that claimed still has it"
+    );
+    assert!(pieces(&mut db, &batch).is_empty());
+    let (nothing, none): (Option<String>, Option<String>) = {
+        while claim(&mut db, 10_000).is_some() {}
+        let r = db
+            .query_one(
+                "SELECT batch::text, manifest::text FROM retention.claim_next('audit')",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((nothing, none), (None, None), "nothing left: NULLs");
+}
+
 /// Frames are in key order whatever the rows' physical order: rows stored in reverse key order
 /// render to the same slice in the claim, in batch_slice and inside complete.
 #[test]

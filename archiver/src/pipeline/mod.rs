@@ -74,33 +74,44 @@ pub struct Claimed {
     extender: tokio::task::JoinHandle<()>,
 }
 
-/// Claims a batch of `policy` and fetches its manifest (on the claim connection). None when
+/// Claims a batch of `policy` with its slice and manifest (on the claim connection). None when
 /// nothing is eligible. With `resume` the claim may hand back this owner's unfinished batch; it
 /// must be false while another batch of ours is in flight, or it would hand back that one.
 pub async fn claim(ctx: &Context, policy: &str, resume: bool) -> Result<Option<Claimed>> {
     let s = &ctx.settings;
     let started = Instant::now();
-    let Some(crate::db::Claim { batch, slice, more }) = ctx
+    let Some(crate::db::Claim {
+        batch,
+        bytes,
+        more,
+        manifest,
+    }) = ctx
         .db
         .claim(policy, s.batch_rows, s.lease, &s.owner, resume)
         .await?
     else {
         return Ok(None);
     };
-    ctx.metrics
-        .observe(Stage::Claim, started.elapsed().as_secs_f64());
-    tracing::info!(policy, batch = %batch, "claimed a batch");
     fault::point("after-claim");
     let extender = spawn_lease_extender(ctx, policy, &batch);
-    match ctx.db.manifest(&batch).await {
-        Ok(manifest) => Ok(Some(Claimed {
-            policy: policy.to_owned(),
-            batch,
-            slice: Bytes::from(slice),
-            manifest,
-            more,
-            extender,
-        })),
+    let fetched = async {
+        let slice = ctx.db.claimed_slice(&batch, bytes).await?;
+        Ok::<_, Error>((slice, serde_json::from_str::<Manifest>(&manifest)?))
+    };
+    match fetched.await {
+        Ok((slice, manifest)) => {
+            ctx.metrics
+                .observe(Stage::Claim, started.elapsed().as_secs_f64());
+            tracing::info!(policy, batch = %batch, "claimed a batch");
+            Ok(Some(Claimed {
+                policy: policy.to_owned(),
+                batch,
+                slice: Bytes::from(slice),
+                manifest,
+                more,
+                extender,
+            }))
+        }
         Err(e) => {
             extender.abort();
             failed(ctx, &ctx.db, policy, &batch, &e).await;

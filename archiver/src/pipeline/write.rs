@@ -6,7 +6,7 @@ use crate::fault;
 use crate::keys::{manifest_key, slice_key};
 use crate::store::Store;
 use bytes::Bytes;
-use pg_retention_format::{check_slice, count_frames, Manifest};
+use pg_retention_format::{check_copy, count_frames, Manifest};
 use std::time::{Duration, Instant};
 
 /// What the prune needs from a written and verified slice.
@@ -44,11 +44,25 @@ pub async fn write_checked(
     slice: Bytes,
     mut manifest: Manifest,
 ) -> Result<Written> {
-    // Walking the frames proves the extension's bytes decode before anything is written.
-    let rows = count_frames(&slice).map_err(|e| Error::Verify {
-        key: batch.to_owned(),
-        reason: format!("the slice the extension rendered does not decode: {e}"),
-    })?;
+    // Walking the frames proves the extension's bytes decode before anything is written. It
+    // and the digest are the stage's CPU: done off the runtime's threads, so the claim and the
+    // prune running beside this write are not held up.
+    let counted = {
+        let slice = slice.clone();
+        tokio::task::spawn_blocking(move || {
+            count_frames(&slice).map(|rows| (rows, blake3::hash(&slice).to_hex().to_string()))
+        })
+        .await
+    };
+    let (rows, digest) = counted
+        .map_err(|e| Error::Verify {
+            key: batch.to_owned(),
+            reason: format!("checking the slice stopped: {e}"),
+        })?
+        .map_err(|e| Error::Verify {
+            key: batch.to_owned(),
+            reason: format!("the slice the extension rendered does not decode: {e}"),
+        })?;
     if rows != manifest.rows {
         return Err(Error::Verify {
             key: batch.to_owned(),
@@ -58,7 +72,6 @@ pub async fn write_checked(
             ),
         });
     }
-    let digest = blake3::hash(&slice).to_hex().to_string();
     let bytes = slice.len() as u64;
     manifest.blake3 = digest.clone();
     manifest.bytes = bytes;
@@ -102,8 +115,9 @@ pub async fn write_checked(
     })
 }
 
-/// Reads both objects back: the slice must decode and hash to the manifest's digest and counts,
-/// and the manifest must be byte-identical to ours. How long reading and checking took.
+/// Reads both objects back: the slice must have the length and BLAKE3 of the one whose frames
+/// were checked before it was written (the same digest, the same bytes: decoding it again would
+/// find what that check found), and the manifest must be byte-identical to ours. How long reading and checking took.
 async fn verify_written(
     store: &Store,
     skey: &str,
@@ -116,12 +130,17 @@ async fn verify_written(
     let mback = store.get(mkey).await?;
     let read_back = started.elapsed();
     let started = Instant::now();
-    check_slice(&back, &manifest.blake3, manifest.rows, manifest.bytes).map_err(|e| {
-        Error::Verify {
+    let (digest, bytes) = (manifest.blake3.clone(), manifest.bytes);
+    tokio::task::spawn_blocking(move || check_copy(&back, &digest, bytes))
+        .await
+        .map_err(|e| Error::Verify {
+            key: skey.to_owned(),
+            reason: format!("checking the slice read back stopped: {e}"),
+        })?
+        .map_err(|e| Error::Verify {
             key: skey.to_owned(),
             reason: e.to_string(),
-        }
-    })?;
+        })?;
     if mback != manifest_bytes {
         return Err(Error::Verify {
             key: mkey.to_owned(),

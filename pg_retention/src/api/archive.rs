@@ -2,7 +2,7 @@
 //! are SQL wrappers in sql/api.sql that pin the output settings (so rows render to the same
 //! bytes in every session) and raise our typed errors.
 
-use crate::archive::{claim, lease, prune, slice};
+use crate::archive::{claim, handover, lease, prune, slice};
 use crate::error::{outcome, required};
 use pgrx::prelude::*;
 
@@ -59,6 +59,52 @@ fn _claim_slice(
         Err(e) => (outcome(Err::<(), _>(e)), None, false),
     };
     TableIterator::once((result, slice, more))
+}
+
+/// Claims a batch as `_claim_slice` does, but keeps its slice in this backend for
+/// `retention.claimed_slice` instead of returning it through the SQL wrapper's copies:
+/// `{"ok": {"batch", "bytes", "more", "manifest"}}` (`{"ok": null}` when nothing is
+/// claimable). The manifest is `retention.batch_manifest(batch, false)`'s: one call less.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _claim_next(
+    policy: Option<&str>,
+    max_rows: Option<i32>,
+    lease: Option<&str>,
+    owner: Option<&str>,
+    resume: Option<bool>,
+) -> pgrx::JsonB {
+    outcome((|| {
+        let claimed = claim::claim_with_slice(
+            required(policy, "policy")?,
+            required(max_rows, "max_rows")?,
+            required(lease, "lease")?,
+            owner,
+            required(resume, "resume")?,
+        )?;
+        let Some((batch, slice, more)) = claimed else {
+            return Ok(None);
+        };
+        let manifest = slice::manifest(&batch, false)?;
+        let bytes = slice.len();
+        handover::keep(&batch, slice);
+        Ok(Some(serde_json::json!({
+            "batch": batch, "bytes": bytes, "more": more, "manifest": manifest
+        })))
+    })())
+}
+
+/// The slice `retention.claim_next` kept for batch `batch` in this session, in pieces of
+/// [`handover::PIECE`] bytes (in order; concatenated they are the slice), once. No rows when
+/// this session did not claim it as the role it acts as now, or took it already.
+#[pg_extern(strict)]
+fn claimed_slice(batch: pgrx::Uuid) -> SetOfIterator<'static, Vec<u8>> {
+    let slice = handover::take(&batch.to_string()).unwrap_or_default();
+    let pieces = slice.len().div_ceil(handover::PIECE);
+    SetOfIterator::new((0..pieces).map(move |i| {
+        let start = i * handover::PIECE;
+        slice[start..(start + handover::PIECE).min(slice.len())].to_vec()
+    }))
 }
 
 /// The manifest of a batch.

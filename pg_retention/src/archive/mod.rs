@@ -4,13 +4,15 @@
 //!
 //! A batch's life, one file per step: `claim.rs` (eligible rows → a batch), `slice.rs` (its
 //! frames and manifest), `lease.rs` (resume, extend, release, expire), `prune.rs` (the delete),
-//! `verify.rs` (the in-transaction check that gates it); and, once archives outlive their
-//! policy's `archive_keep`, `expiry.rs` (the holds over an archive's rows); when an erasure
-//! reaches archived rows, `supersede.rs` (the slice rewritten without them). Both read slices
-//! back through `side_load.rs`.
+//! `verify.rs` (the in-transaction check that gates it), `handover.rs` (a claimed slice kept
+//! for the archiver to take); and, once archives outlive their policy's `archive_keep`,
+//! `expiry.rs` (the holds over an archive's rows); when an erasure reaches archived rows,
+//! `supersede.rs` (the slice rewritten without them). Both read slices back through
+//! `side_load.rs`.
 
 pub mod claim;
 pub mod expiry;
+pub mod handover;
 mod leaf_drop;
 pub mod lease;
 pub mod prune;
