@@ -117,7 +117,8 @@ pub async fn write_checked(
 
 /// Reads both objects back: the slice must have the length and BLAKE3 of the one whose frames
 /// were checked before it was written (the same digest, the same bytes: decoding it again would
-/// find what that check found), and the manifest must be byte-identical to ours. How long reading and checking took.
+/// find what that check found), and the manifest must be byte-identical to ours. How long
+/// reading and checking took.
 async fn verify_written(
     store: &Store,
     skey: &str,
