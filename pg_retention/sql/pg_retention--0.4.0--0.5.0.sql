@@ -545,7 +545,7 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_bound_wrapper';
 
--- pg_retention/src/api/archive.rs:120
+-- pg_retention/src/api/archive.rs:123
 -- pg_retention::api::archive::_batch_frames
 CREATE OR REPLACE FUNCTION "_batch_frames"(
 	"batch" TEXT /* & str */
@@ -558,7 +558,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_frames_wrapper';
 
--- pg_retention/src/api/archive.rs:111
+-- pg_retention/src/api/archive.rs:114
 -- pg_retention::api::archive::_batch_manifest
 CREATE OR REPLACE FUNCTION "_batch_manifest"(
 	"batch" TEXT, /* & str */
@@ -580,7 +580,7 @@ STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_quota_wrapper';
 
--- pg_retention/src/api/archive.rs:139
+-- pg_retention/src/api/archive.rs:142
 -- pg_retention::api::archive::_batch_slice
 CREATE OR REPLACE FUNCTION "_batch_slice"(
 	"batch" TEXT /* & str */
@@ -615,7 +615,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_claim_batch_wrapper';
 
--- pg_retention/src/api/archive.rs:68
+-- pg_retention/src/api/archive.rs:77
 -- pg_retention::api::archive::_claim_next
 CREATE OR REPLACE FUNCTION "_claim_next"(
 	"policy" TEXT, /* Option < & str > */
@@ -629,7 +629,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_claim_next_wrapper';
 
--- pg_retention/src/api/archive.rs:31
+-- pg_retention/src/api/archive.rs:48
 -- pg_retention::api::archive::_claim_slice
 CREATE OR REPLACE FUNCTION "_claim_slice"(
 	"policy" TEXT, /* Option < & str > */
@@ -647,7 +647,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_claim_slice_wrapper';
 
--- pg_retention/src/api/archive.rs:167
+-- pg_retention/src/api/archive.rs:170
 -- pg_retention::api::archive::_complete_batch
 CREATE OR REPLACE FUNCTION "_complete_batch"(
 	"batch" TEXT, /* Option < & str > */
@@ -698,7 +698,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_erase_wrapper';
 
--- pg_retention/src/api/archive.rs:152
+-- pg_retention/src/api/archive.rs:155
 -- pg_retention::api::archive::_extend_lease
 CREATE OR REPLACE FUNCTION "_extend_lease"(
 	"batch" TEXT, /* & str */
@@ -847,7 +847,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_register_consumer_wrapper';
 
--- pg_retention/src/api/archive.rs:159
+-- pg_retention/src/api/archive.rs:162
 -- pg_retention::api::archive::_release_batch
 CREATE OR REPLACE FUNCTION "_release_batch"(
 	"batch" TEXT, /* & str */
@@ -1016,7 +1016,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_unregister_consumer_wrapper';
 
--- pg_retention/src/api/archive.rs:100
+-- pg_retention/src/api/archive.rs:103
 -- pg_retention::api::archive::claimed_slice
 CREATE OR REPLACE FUNCTION "claimed_slice"(
 	"batch" uuid /* pgrx :: Uuid */

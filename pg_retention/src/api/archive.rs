@@ -25,6 +25,23 @@ fn _claim_batch(
     })())
 }
 
+/// [`claim::claim_with_slice`] with the SQL arguments of `_claim_slice` and `_claim_next`.
+fn claim_with_slice(
+    policy: Option<&str>,
+    max_rows: Option<i32>,
+    lease: Option<&str>,
+    owner: Option<&str>,
+    resume: Option<bool>,
+) -> crate::error::Result<Option<(String, Vec<u8>, bool)>> {
+    claim::claim_with_slice(
+        required(policy, "policy")?,
+        required(max_rows, "max_rows")?,
+        required(lease, "lease")?,
+        owner,
+        required(resume, "resume")?,
+    )
+}
+
 /// Claims a batch and renders its slice from the rows the claim read: one row of
 /// (`{"ok": uuid-or-null}` or `{"error": …}`, the slice or NULL, whether claiming again at once
 /// may find more).
@@ -44,15 +61,7 @@ fn _claim_slice(
         name!(more, bool),
     ),
 > {
-    let claimed = (|| {
-        claim::claim_with_slice(
-            required(policy, "policy")?,
-            required(max_rows, "max_rows")?,
-            required(lease, "lease")?,
-            owner,
-            required(resume, "resume")?,
-        )
-    })();
+    let claimed = claim_with_slice(policy, max_rows, lease, owner, resume);
     let (result, slice, more) = match claimed {
         Ok(Some((batch, slice, more))) => (outcome(Ok(Some(batch))), Some(slice), more),
         Ok(None) => (outcome(Ok(None::<String>)), None, false),
@@ -75,13 +84,7 @@ fn _claim_next(
     resume: Option<bool>,
 ) -> pgrx::JsonB {
     outcome((|| {
-        let claimed = claim::claim_with_slice(
-            required(policy, "policy")?,
-            required(max_rows, "max_rows")?,
-            required(lease, "lease")?,
-            owner,
-            required(resume, "resume")?,
-        )?;
+        let claimed = claim_with_slice(policy, max_rows, lease, owner, resume)?;
         let Some((batch, slice, more)) = claimed else {
             return Ok(None);
         };
