@@ -9,6 +9,7 @@ use pgrx::prelude::*;
 
 mod api;
 mod archive;
+mod arrays;
 mod author;
 mod catalog;
 mod engine;

@@ -646,7 +646,7 @@ pub fn render_at(
     render_frames(
         rel,
         Statement::Plan(&plan),
-        &[tid::pointers(places).into()],
+        &[crate::arrays::tids(places)?],
         places.len(),
     )
 }
@@ -664,7 +664,7 @@ pub fn versions_at(
 ) -> Result<Rendered> {
     let types: Vec<PgOid> = more.iter().map(|d| PgOid::from(d.oid())).collect();
     let plan = plan_over_tids(sql, &types, mutating)?;
-    let mut args: Vec<DatumWithOid<'_>> = vec![tid::pointers(places).into()];
+    let mut args: Vec<DatumWithOid<'_>> = vec![crate::arrays::tids(places)?];
     args.extend(more);
     let layout = RowLayout {
         width: rel.pk.len(),

@@ -1,6 +1,7 @@
 //! A row's place in its table (its ctid) as Rust carries it between statements: (block, item).
 //! The sweep's watermark, the quota's last row and the archive's claim-time places all use it;
-//! statements get it as a parameter, or as a literal where SQL text has to carry it.
+//! statements get it as a parameter (many as one tid[]: `arrays.rs`), or as a literal where SQL
+//! text has to carry it.
 
 use pgrx::pg_sys::ItemPointerData;
 
@@ -22,11 +23,6 @@ pub fn pointer((block, item): Tid) -> ItemPointerData {
 pub fn of(tid: ItemPointerData) -> Tid {
     let (block, item) = pgrx::itemptr::item_pointer_get_both(tid);
     (u64::from(block), u64::from(item))
-}
-
-/// The tid datums of `places`, for a tid[] parameter.
-pub fn pointers(places: &[Tid]) -> Vec<ItemPointerData> {
-    places.iter().map(|&p| pointer(p)).collect()
 }
 
 /// A `tid` literal of a place.

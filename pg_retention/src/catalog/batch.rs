@@ -182,8 +182,8 @@ impl Batch {
             &[
                 batch.as_str().into(),
                 new.keys.into(),
-                tid::pointers(new.places).into(),
-                new.xmins.to_vec().into(),
+                crate::arrays::tids(new.places)?,
+                crate::arrays::int8s(new.xmins)?,
             ],
         )?;
         Ok((batch, rows))
