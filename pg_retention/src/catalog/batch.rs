@@ -181,7 +181,7 @@ impl Batch {
             "INSERT INTO retention.batch_keys (batch_id, keys, ctids, xmins) VALUES ($1::uuid, $2, $3, $4)",
             &[
                 batch.as_str().into(),
-                new.keys.into(),
+                crate::arrays::texts(&new.keys)?,
                 crate::arrays::tids(new.places)?,
                 crate::arrays::int8s(new.xmins)?,
             ],
