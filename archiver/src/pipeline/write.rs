@@ -44,25 +44,16 @@ pub async fn write_checked(
     slice: Bytes,
     mut manifest: Manifest,
 ) -> Result<Written> {
-    // Walking the frames proves the extension's bytes decode before anything is written. It
-    // and the digest are the stage's CPU: done off the runtime's threads, so the claim and the
-    // prune running beside this write are not held up.
-    let counted = {
-        let slice = slice.clone();
-        tokio::task::spawn_blocking(move || {
-            count_frames(&slice).map(|rows| (rows, blake3::hash(&slice).to_hex().to_string()))
-        })
-        .await
-    };
-    let (rows, digest) = counted
-        .map_err(|e| Error::Verify {
-            key: batch.to_owned(),
-            reason: format!("checking the slice stopped: {e}"),
-        })?
-        .map_err(|e| Error::Verify {
-            key: batch.to_owned(),
-            reason: format!("the slice the extension rendered does not decode: {e}"),
-        })?;
+    // Walking the frames proves the extension's bytes decode before anything is written.
+    let counted = slice.clone();
+    let (rows, digest) = apart(
+        batch,
+        "the slice the extension rendered does not decode",
+        move || {
+            count_frames(&counted).map(|rows| (rows, blake3::hash(&counted).to_hex().to_string()))
+        },
+    )
+    .await?;
     if rows != manifest.rows {
         return Err(Error::Verify {
             key: batch.to_owned(),
@@ -115,6 +106,25 @@ pub async fn write_checked(
     })
 }
 
+/// Runs `check` of the slice at `key` on tokio's blocking threads: decoding and hashing are the
+/// stage's CPU, and on the runtime's threads they held up the claim and the prune polled beside
+/// this write. A check that fails, or whose task stops, is a verification failure of `key`,
+/// explained as `what` and the reason.
+async fn apart<T: Send + 'static>(
+    key: &str,
+    what: &str,
+    check: impl FnOnce() -> pg_retention_format::Result<T> + Send + 'static,
+) -> Result<T> {
+    let verify = |reason: String| Error::Verify {
+        key: key.to_owned(),
+        reason: format!("{what}: {reason}"),
+    };
+    tokio::task::spawn_blocking(check)
+        .await
+        .map_err(|e| verify(format!("the check stopped: {e}")))?
+        .map_err(|e| verify(e.to_string()))
+}
+
 /// Reads both objects back: the slice must have the length and BLAKE3 of the one whose frames
 /// were checked before it was written (the same digest, the same bytes: decoding it again would
 /// find what that check found), and the manifest must be byte-identical to ours. How long
@@ -132,16 +142,10 @@ async fn verify_written(
     let read_back = started.elapsed();
     let started = Instant::now();
     let (digest, bytes) = (manifest.blake3.clone(), manifest.bytes);
-    tokio::task::spawn_blocking(move || check_copy(&back, &digest, bytes))
-        .await
-        .map_err(|e| Error::Verify {
-            key: skey.to_owned(),
-            reason: format!("checking the slice read back stopped: {e}"),
-        })?
-        .map_err(|e| Error::Verify {
-            key: skey.to_owned(),
-            reason: e.to_string(),
-        })?;
+    apart(skey, "the slice read back", move || {
+        check_copy(&back, &digest, bytes)
+    })
+    .await?;
     if mback != manifest_bytes {
         return Err(Error::Verify {
             key: mkey.to_owned(),
