@@ -1,6 +1,11 @@
 -- pg_retention public SQL surface. Thin wrappers over the Rust internals (the `_` functions),
 -- plus the parts that are plain SQL: raising typed errors, run ordering, the run procedure,
 -- the replay boundary. Runs last in the extension script (finalize).
+--
+-- Wrappers of entry points that act for their caller (policies, holds, consumers, erasure,
+-- the archive claims and leases) are SECURITY INVOKER, and so are their Rust internals, which
+-- note the role in force as the caller before taking the owner's privileges
+-- (src/identity.rs): a SECURITY DEFINER wrapper would make every caller the owner.
 
 -- Unwraps a result from a Rust internal: returns its value, or raises its error with the
 -- SQLSTATE, message, detail and hint it carries. Errors are raised here, in plpgsql, because
@@ -62,7 +67,7 @@ CREATE FUNCTION retention.add_policy(
     lease_key text[] DEFAULT NULL,
     lease_expiry text DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
         'name', name, 'relation', relation::oid::bigint, 'kind', kind, 'age_column', age_column,
         'older_than', older_than::text, 'scope', scope, 'terminal', terminal, 'group_by', group_by,
@@ -94,7 +99,7 @@ CREATE FUNCTION retention.alter_policy(
     lease_key text[] DEFAULT NULL,
     lease_expiry text DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
         'name', name, 'kind', kind, 'age_column', age_column, 'older_than', older_than::text,
         'scope', scope, 'terminal', terminal, 'group_by', group_by, 'order_by', order_by,
@@ -109,53 +114,53 @@ $fn$;
 -- and why. Raising goes through alter_policy; nothing else lowers a floor.
 CREATE FUNCTION retention.lower_floor(policy text, keep_floor int, window_floor interval, actor text, reason text)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._lower_floor(policy, keep_floor, window_floor::text, actor, reason))::bigint $fn$;
 
 CREATE FUNCTION retention.enable_policy(name text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._set_policy_state(name, 'enable') $fn$;
 
 CREATE FUNCTION retention.disable_policy(name text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._set_policy_state(name, 'disable') $fn$;
 
 CREATE FUNCTION retention.drop_policy(name text) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._set_policy_state(name, 'drop') $fn$;
 
 CREATE FUNCTION retention.link_windows(producer text, consumer text, margin interval) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._link_windows(producer, consumer, margin::text)) $fn$;
 
 CREATE FUNCTION retention.place_hold(relation regclass, predicate text, reason text, actor text)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._place_hold(relation::oid, predicate, reason, actor))::bigint $fn$;
 
 CREATE FUNCTION retention.lift_hold(hold_id bigint, actor text, reason text) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._lift_hold(hold_id, actor, reason)) $fn$;
 
 -- Pull consumers (api/consumer.rs): a registration's epoch, reports of the position processed,
 -- and what each pins.
 CREATE FUNCTION retention.register_consumer(policy text, consumer text, lease interval) RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._register_consumer(policy, consumer, lease::text))::bigint $fn$;
 
 CREATE FUNCTION retention.report_position(policy text, consumer text, epoch bigint, "position" text)
 RETURNS text
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._report_position(policy, consumer, epoch, $4)) #>> '{}' $fn$;
 
 CREATE FUNCTION retention.unregister_consumer(policy text, consumer text) RETURNS void
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._unregister_consumer(policy, consumer)) $fn$;
 
 CREATE FUNCTION retention.consumer_status(policy text, consumer text)
 RETURNS TABLE (epoch bigint, floor text, requires_bootstrap boolean, lease_expires_at timestamptz,
                pinning boolean)
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT r.epoch, r.floor, r.requires_bootstrap, r.lease_expires_at, r.pinning
       FROM jsonb_to_record(retention._result(retention._consumer_status(policy, consumer)))
            AS r(epoch bigint, floor text, requires_bootstrap boolean, lease_expires_at timestamptz,
@@ -587,9 +592,10 @@ $fn$;
 -- Guard trigger of archive policies: refuses to update a row that is already archive-eligible.
 -- TG_ARGV[0] is the policy id, TG_ARGV[1] its name. Eligibility is evaluated by
 -- retention._fixpoint_eligible with the privileges of the policy's owner, not of whoever
--- updates the table.
+-- updates the table. SECURITY DEFINER: a writer needs its table privileges and nothing of
+-- schema retention (it fires as whoever updates; the predicate still runs as its author).
 CREATE FUNCTION retention._fixpoint_guard() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
     IF retention._fixpoint_eligible(TG_ARGV[0]::bigint, TG_RELID, OLD) THEN
         RAISE EXCEPTION 'row of %.% is archive-eligible under policy % and cannot be updated',
@@ -617,7 +623,7 @@ AS $fn$ SELECT count(*) FROM retention.hold_records h
 CREATE FUNCTION retention.claim_batch(policy text, max_rows int DEFAULT 10000,
                                       lease interval DEFAULT '10 minutes', owner text DEFAULT NULL)
 RETURNS uuid
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT (retention._result(retention._claim_batch(policy, max_rows, lease::text, owner)) #>> '{}')::uuid $fn$;
@@ -630,7 +636,7 @@ CREATE FUNCTION retention.claim_slice(policy text, max_rows int DEFAULT 10000,
                                       lease interval DEFAULT '10 minutes', owner text DEFAULT NULL,
                                       resume boolean DEFAULT true,
                                       OUT batch uuid, OUT slice bytea, OUT more boolean)
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice, c.more
@@ -645,7 +651,7 @@ CREATE FUNCTION retention.claim_next(policy text, max_rows int DEFAULT 10000,
                                      resume boolean DEFAULT true,
                                      OUT batch uuid, OUT bytes bigint, OUT more boolean,
                                      OUT manifest jsonb)
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT (r->>'batch')::uuid, (r->>'bytes')::bigint, coalesce((r->>'more')::boolean, false),
@@ -689,17 +695,17 @@ AS $fn$ SELECT CASE WHEN retention._result(s.result) IS NOT NULL THEN s.slice EN
           FROM retention._batch_slice(batch::text) s $fn$;
 
 CREATE FUNCTION retention.extend_lease(batch uuid, lease interval) RETURNS timestamptz
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT (retention._result(retention._extend_lease(batch::text, lease::text)) #>> '{}')::timestamptz $fn$;
 
 CREATE FUNCTION retention.release_batch(batch uuid, reason text) RETURNS boolean
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT (retention._result(retention._release_batch(batch::text, reason)))::boolean $fn$;
 
 CREATE FUNCTION retention.complete_batch(batch uuid, object_key text, blake3 text, rows bigint, bytes bigint,
                                          owner text DEFAULT NULL)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT (retention._result(retention._complete_batch(batch::text, object_key, blake3, rows, bytes, owner)))::bigint $fn$;
@@ -927,14 +933,14 @@ $fn$;
 -- table get a pending supersession. Returns the rows deleted.
 CREATE FUNCTION retention.erase(relation regclass, predicate text, request_ref text, actor text)
 RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT (retention._result(retention._erase(relation::oid, predicate, request_ref, actor, NULL))->>'deleted')::bigint $fn$;
 
 -- One step of erase_in_batches: at most batch_rows rows; {deleted, done}.
 CREATE FUNCTION retention._erase_step(relation regclass, predicate text, request_ref text, actor text,
                                       batch_rows int)
 RETURNS jsonb
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._erase(relation::oid, predicate, request_ref, actor, batch_rows)) $fn$;
 
 -- erase() for large sets: each batch of at most batch_rows rows commits with its ledger entry.
@@ -1047,6 +1053,25 @@ $fn$;
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA retention FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION retention.version() TO PUBLIC;
+-- What the SECURITY INVOKER wrappers call: each internal to the roles of its wrapper.
+GRANT EXECUTE ON FUNCTION retention._result(jsonb)
+    TO retention_admin, retention_archiver, retention_consumer, retention_eraser;
+GRANT EXECUTE ON FUNCTION retention._define_policy(text, jsonb),
+    retention._lower_floor(text, int, text, text, text), retention._set_policy_state(text, text),
+    retention._link_windows(text, text, text), retention._place_hold(oid, text, text, text),
+    retention._lift_hold(bigint, text, text), retention._register_consumer(text, text, text),
+    retention._unregister_consumer(text, text)
+    TO retention_admin;
+GRANT EXECUTE ON FUNCTION retention._report_position(text, text, bigint, text),
+    retention._consumer_status(text, text)
+    TO retention_admin, retention_consumer;
+GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
+    retention._claim_slice(text, int, text, text, boolean),
+    retention._claim_next(text, int, text, text, boolean),
+    retention._extend_lease(text, text), retention._release_batch(text, text),
+    retention._complete_batch(text, text, text, bigint, bigint, text)
+    TO retention_archiver;
+GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
     retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text),
     retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text),

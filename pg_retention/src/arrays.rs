@@ -7,6 +7,14 @@ use crate::tid::{pointer, Tid};
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 
+/// The elements of a `text[]` argument named `name`, refusing (22004) a NULL element.
+pub fn without_nulls(values: Vec<Option<String>>, name: &'static str) -> Result<Vec<String>> {
+    values
+        .into_iter()
+        .map(|v| v.ok_or(RetentionError::NullArgument(name)))
+        .collect()
+}
+
 fn length(n: usize) -> Result<i32> {
     i32::try_from(n)
         .map_err(|_| RetentionError::Internal(format!("an array of {n} elements is too long")))

@@ -16,6 +16,8 @@ mod engine;
 mod error;
 mod guard;
 mod gucs;
+mod identity;
+mod limits;
 mod render;
 mod sql_text;
 mod subxact;

@@ -3,11 +3,12 @@
 //! bytes in every session) and raise our typed errors.
 
 use crate::archive::{claim, handover, lease, prune, slice};
+use crate::error::OrReport;
 use crate::error::{outcome, required};
 use pgrx::prelude::*;
 
 /// Claims a batch; `{"ok": uuid-or-null}`.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _claim_batch(
     policy: Option<&str>,
@@ -15,14 +16,14 @@ fn _claim_batch(
     lease: Option<&str>,
     owner: Option<&str>,
 ) -> pgrx::JsonB {
-    outcome((|| {
+    outcome(crate::identity::entry(|| {
         claim::claim(
             required(policy, "policy")?,
             required(max_rows, "max_rows")?,
             required(lease, "lease")?,
             owner,
         )
-    })())
+    }))
 }
 
 /// [`claim::claim_with_slice`] with the SQL arguments of `_claim_slice` and `_claim_next`.
@@ -45,7 +46,7 @@ fn claim_with_slice(
 /// Claims a batch and renders its slice from the rows the claim read: one row of
 /// (`{"ok": uuid-or-null}` or `{"error": …}`, the slice or NULL, whether claiming again at once
 /// may find more).
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _claim_slice(
     policy: Option<&str>,
@@ -61,7 +62,8 @@ fn _claim_slice(
         name!(more, bool),
     ),
 > {
-    let claimed = claim_with_slice(policy, max_rows, lease, owner, resume);
+    let claimed =
+        crate::identity::entry(|| claim_with_slice(policy, max_rows, lease, owner, resume));
     let (result, slice, more) = match claimed {
         Ok(Some((batch, slice, more))) => (outcome(Ok(Some(batch))), Some(slice), more),
         Ok(None) => (outcome(Ok(None::<String>)), None, false),
@@ -74,7 +76,7 @@ fn _claim_slice(
 /// `retention.claimed_slice` instead of returning it through the SQL wrapper's copies:
 /// `{"ok": {"batch", "bytes", "more", "manifest"}}` (`{"ok": null}` when nothing is
 /// claimable). The manifest is `retention.batch_manifest(batch, false)`'s: one call less.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _claim_next(
     policy: Option<&str>,
@@ -83,7 +85,7 @@ fn _claim_next(
     owner: Option<&str>,
     resume: Option<bool>,
 ) -> pgrx::JsonB {
-    outcome((|| {
+    outcome(crate::identity::entry(|| {
         let claimed = claim_with_slice(policy, max_rows, lease, owner, resume)?;
         let Some((batch, slice, more)) = claimed else {
             return Ok(None);
@@ -94,7 +96,7 @@ fn _claim_next(
         Ok(Some(serde_json::json!({
             "batch": batch, "bytes": bytes, "more": more, "manifest": manifest
         })))
-    })())
+    }))
 }
 
 /// The slice `retention.claim_next` kept for batch `batch` in this session, in pieces of
@@ -114,6 +116,7 @@ fn claimed_slice(batch: pgrx::Uuid) -> SetOfIterator<'static, Vec<u8>> {
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _batch_manifest(batch: &str, digest: bool) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
     outcome(slice::manifest(batch, digest))
 }
 
@@ -131,6 +134,7 @@ fn _batch_frames(
         name!(frame, Option<Vec<u8>>),
     ),
 > {
+    crate::identity::refuse_restricted().or_report();
     match slice::batch_frames(batch) {
         Ok(frames) => TableIterator::new(frames.into_iter().map(|f| (None, Some(f)))),
         Err(e) => TableIterator::once((Some(outcome(Err::<(), _>(e))), None)),
@@ -144,6 +148,7 @@ fn _batch_frames(
 fn _batch_slice(
     batch: &str,
 ) -> TableIterator<'static, (name!(result, pgrx::JsonB), name!(slice, Option<Vec<u8>>))> {
+    crate::identity::refuse_restricted().or_report();
     let (result, slice) = match slice::batch_slice(batch) {
         Ok(slice) => (outcome(Ok(())), Some(slice)),
         Err(e) => (outcome(Err::<(), _>(e)), None),
@@ -152,22 +157,22 @@ fn _batch_slice(
 }
 
 /// Extends a lease; `{"ok": new end}`.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _extend_lease(batch: &str, lease: &str) -> pgrx::JsonB {
-    outcome(lease::extend(batch, lease))
+    outcome(crate::identity::entry(|| lease::extend(batch, lease)))
 }
 
 /// Releases a batch; `{"ok": released?}`.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _release_batch(batch: &str, reason: &str) -> pgrx::JsonB {
-    outcome(lease::release(batch, reason))
+    outcome(crate::identity::entry(|| lease::release(batch, reason)))
 }
 
 /// Verifies and prunes a batch; `{"ok": rows deleted}` or `{"error": …}`. A refused prune has
 /// already undone its deletes (a subtransaction) when its error comes back as a value.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _complete_batch(
     batch: Option<&str>,
@@ -177,7 +182,7 @@ fn _complete_batch(
     bytes: Option<i64>,
     owner: Option<&str>,
 ) -> pgrx::JsonB {
-    outcome((|| {
+    outcome(crate::identity::entry(|| {
         prune::complete(
             required(batch, "batch")?,
             required(object_key, "object_key")?,
@@ -186,5 +191,5 @@ fn _complete_batch(
             required(bytes, "bytes")?,
             owner,
         )
-    })())
+    }))
 }

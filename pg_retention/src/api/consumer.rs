@@ -152,10 +152,10 @@ fn register(policy: &str, consumer: &str, lease: &str) -> Result<i64> {
 }
 
 /// Registers `consumer` on `policy` with a lease, in a new epoch; returns the epoch.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _register_consumer(policy: &str, consumer: &str, lease: &str) -> pgrx::JsonB {
-    outcome(register(policy, consumer, lease))
+    outcome(crate::identity::entry(|| register(policy, consumer, lease)))
 }
 
 fn report(policy: &str, consumer: &str, epoch: i64, position: &str) -> Result<Option<String>> {
@@ -204,10 +204,12 @@ fn report(policy: &str, consumer: &str, epoch: i64, position: &str) -> Result<Op
 
 /// Records that `consumer` (in `epoch`) has processed the stream up to `position`; returns the
 /// position it now pins from.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _report_position(policy: &str, consumer: &str, epoch: i64, position: &str) -> pgrx::JsonB {
-    outcome(report(policy, consumer, epoch, position))
+    outcome(crate::identity::entry(|| {
+        report(policy, consumer, epoch, position)
+    }))
 }
 
 fn unregister(policy: &str, consumer: &str) -> Result<()> {
@@ -225,10 +227,10 @@ fn unregister(policy: &str, consumer: &str) -> Result<()> {
 }
 
 /// Removes `consumer`'s registration on `policy`: it pins nothing from now on.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _unregister_consumer(policy: &str, consumer: &str) -> pgrx::JsonB {
-    outcome(unregister(policy, consumer))
+    outcome(crate::identity::entry(|| unregister(policy, consumer)))
 }
 
 /// What `retention.consumer_status` returns.
@@ -265,8 +267,8 @@ fn status(policy: &str, consumer: &str) -> Result<Status> {
 }
 
 /// A consumer's epoch, the position it pins from, whether it must bootstrap, and its lease.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _consumer_status(policy: &str, consumer: &str) -> pgrx::JsonB {
-    outcome(status(policy, consumer))
+    outcome(crate::identity::entry(|| status(policy, consumer)))
 }

@@ -4,12 +4,13 @@
 use crate::archive::supersede;
 use crate::catalog::supersession::Rewrite;
 use crate::engine::erase::{erase, Request};
+use crate::error::OrReport;
 use crate::error::{outcome, required};
 use pgrx::prelude::*;
 
 /// Erases the matching rows of a table: all of them, or at most `batch_rows` (one committed
 /// batch of `erase_in_batches`); `{"ok": {deleted, done, pending_archives}}`.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _erase(
     relation: Option<pg_sys::Oid>,
@@ -18,7 +19,7 @@ fn _erase(
     actor: Option<&str>,
     batch_rows: Option<i32>,
 ) -> pgrx::JsonB {
-    outcome((|| {
+    outcome(crate::identity::entry(|| {
         let req = Request {
             relation: required(relation, "relation")?.to_u32(),
             predicate: required(predicate, "predicate")?,
@@ -26,21 +27,30 @@ fn _erase(
             actor: required(actor, "actor")?,
         };
         erase(&req, batch_rows)
-    })())
+    }))
 }
 
 /// `{"ok": [positions]}`: the rows of an archive's slice a pending supersession's erasure
 /// matches.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _supersession_matches(supersession: i64, slice: &[u8], columns: Vec<String>) -> pgrx::JsonB {
-    outcome(supersede::matches(supersession, slice, &columns))
+fn _supersession_matches(
+    supersession: i64,
+    slice: &[u8],
+    columns: Vec<Option<String>>,
+) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
+    outcome(
+        crate::arrays::without_nulls(columns, "columns")
+            .and_then(|columns| supersede::matches(supersession, slice, &columns)),
+    )
 }
 
 /// `{"ok": changed}`: a pending supersession with nothing to rewrite.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _supersession_unaffected(supersession: i64, reason: &str) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
     outcome(supersede::unaffected(supersession, reason))
 }
 
@@ -56,6 +66,7 @@ fn _supersession_rewritten(
     bytes: i64,
     supersedes: &str,
 ) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
     outcome(supersede::rewritten(
         supersession,
         &Rewrite {
@@ -73,5 +84,6 @@ fn _supersession_rewritten(
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _supersession_done(supersession: i64, actor: &str) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
     outcome(supersede::done(supersession, actor))
 }

@@ -23,6 +23,7 @@ fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i6
     non_empty(reason, "reason")?;
     non_empty(actor, "actor")?;
     let rel = RelationInfo::load(relation, &format!("oid {relation}"))?;
+    rel.ensure_not_catalog()?;
     check_predicate(&rel, predicate, "hold", caller_oid(), false)?;
     let id = NewHold {
         relation,
@@ -48,10 +49,12 @@ fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i6
 }
 
 /// Places a hold on the rows of `relation` matching `predicate`; returns the hold id.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _place_hold(relation: pg_sys::Oid, predicate: &str, reason: &str, actor: &str) -> pgrx::JsonB {
-    outcome(place(relation.to_u32(), predicate, reason, actor))
+    outcome(crate::identity::entry(|| {
+        place(relation.to_u32(), predicate, reason, actor)
+    }))
 }
 
 fn lift(hold_id: i64, actor: &str, reason: &str) -> Result<()> {
@@ -82,10 +85,10 @@ fn lift(hold_id: i64, actor: &str, reason: &str) -> Result<()> {
 }
 
 /// Lifts a hold (appends a lift record).
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _lift_hold(hold_id: i64, actor: &str, reason: &str) -> pgrx::JsonB {
-    outcome(lift(hold_id, actor, reason))
+    outcome(crate::identity::entry(|| lift(hold_id, actor, reason)))
 }
 
 /// Why a predicate is not acceptable for a table when `author` runs it, or NULL. Used by

@@ -6,6 +6,7 @@
 
 use crate::catalog::{active_holds, Action, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
+use crate::error::OrReport;
 use crate::error::{outcome, Result};
 use pgrx::prelude::*;
 
@@ -61,5 +62,6 @@ fn gauges(policy_id: i64) -> Result<Gauges> {
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _policy_gauges(policy_id: i64) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
     outcome(gauges(policy_id))
 }

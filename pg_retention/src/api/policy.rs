@@ -295,7 +295,7 @@ fn lower_floor(
 }
 
 /// Lowers a policy's floors (a new version and a `lower_floor` ledger entry); returns its id.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _lower_floor(
     policy: Option<&str>,
@@ -304,7 +304,7 @@ fn _lower_floor(
     actor: Option<&str>,
     reason: Option<&str>,
 ) -> pgrx::JsonB {
-    outcome((|| {
+    outcome(crate::identity::entry(|| {
         lower_floor(
             policy.ok_or(RetentionError::NullArgument("policy"))?,
             keep_floor,
@@ -312,14 +312,14 @@ fn _lower_floor(
             actor.ok_or(RetentionError::NullArgument("actor"))?,
             reason.ok_or(RetentionError::NullArgument("reason"))?,
         )
-    })())
+    }))
 }
 
 /// Adds (`change = 'add'`) or alters (`'alter'`) a policy from a JSON definition; returns its id.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _define_policy(change: &str, spec: pgrx::JsonB) -> pgrx::JsonB {
-    outcome(define(change, spec.0))
+    outcome(crate::identity::entry(|| define(change, spec.0)))
 }
 
 fn set_state(name: &str, change: &str) -> Result<i64> {
@@ -351,10 +351,10 @@ fn set_state(name: &str, change: &str) -> Result<i64> {
 }
 
 /// Enables, disables or drops a policy (each a new version); returns its id.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _set_policy_state(name: &str, change: &str) -> i64 {
-    set_state(name, change).or_report()
+    crate::identity::entry(|| set_state(name, change)).or_report()
 }
 
 fn link(producer: &str, consumer: &str, margin: &str) -> Result<()> {
@@ -385,8 +385,8 @@ fn link(producer: &str, consumer: &str, margin: &str) -> Result<()> {
 }
 
 /// Links two policies' windows: from now on `consumer.older_than >= producer.older_than + margin`.
-#[pg_extern(security_definer)]
+#[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _link_windows(producer: &str, consumer: &str, margin: &str) -> pgrx::JsonB {
-    outcome(link(producer, consumer, margin))
+    outcome(crate::identity::entry(|| link(producer, consumer, margin)))
 }

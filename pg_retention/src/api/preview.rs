@@ -57,6 +57,7 @@ fn preview(
         name!(pinned, i64),
     ),
 > {
+    crate::identity::refuse_restricted().or_report();
     TableIterator::new(previews(policy).or_report())
 }
 
@@ -88,5 +89,6 @@ fn preview_partitions(
         name!(proof, String),
     ),
 > {
+    crate::identity::refuse_restricted().or_report();
     TableIterator::new(partition_drops(policy).or_report())
 }

@@ -30,6 +30,7 @@ fn _sweep_start(
     actor: Option<&str>,
     cycle_remaining: Option<i64>,
 ) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
     (|| {
         sweep::start(
             required(policy_id, "policy_id")?,
@@ -51,6 +52,7 @@ fn _sweep_start(
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _sweep_step(state: pgrx::JsonB) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
     let before = pacing::wal_written();
     prepared::commit_unflushed()
         .and_then(|()| decode(state))
@@ -70,6 +72,7 @@ fn _sweep_step(state: pgrx::JsonB) -> pgrx::JsonB {
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _pace(wal_bytes: i64) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
     pacing::pace(wal_bytes)
         .and_then(|p| Ok(pgrx::JsonB(serde_json::to_value(p)?)))
         .or_report()
@@ -79,6 +82,7 @@ fn _pace(wal_bytes: i64) -> pgrx::JsonB {
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _sweep_failed(state: pgrx::JsonB, message: &str, sqlstate: &str) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
     decode(state)
         .and_then(|s| sweep::failed(s, message, sqlstate))
         .and_then(encode)
@@ -90,6 +94,7 @@ fn _sweep_failed(state: pgrx::JsonB, message: &str, sqlstate: &str) -> pgrx::Jso
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _sweep_let_go(state: pgrx::JsonB) {
+    crate::identity::refuse_restricted().or_report();
     decode(state).and_then(|s| sweep::let_go(&s)).or_report()
 }
 
@@ -97,6 +102,7 @@ fn _sweep_let_go(state: pgrx::JsonB) {
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _sweep_finish(state: pgrx::JsonB) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
     decode(state)
         .and_then(sweep::finish)
         .and_then(encode)

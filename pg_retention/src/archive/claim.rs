@@ -92,13 +92,7 @@ fn claim_rendering(
     resume: bool,
 ) -> Result<Option<Claimed>> {
     let policy = archive_policy(name)?;
-    if max_rows < 1 {
-        return Err(RetentionError::invalid(
-            format!("max_rows must be at least 1, got {max_rows}"),
-            "A batch holds at least one row.",
-            "Pass max_rows => 1000 or so.",
-        ));
-    }
+    crate::limits::batch_rows("max_rows", i64::from(max_rows))?;
     if interval_sign(lease)? != std::cmp::Ordering::Greater {
         return Err(RetentionError::invalid(
             format!("lease must be a positive interval, got {lease}"),

@@ -8,6 +8,7 @@
 use super::side_load::{side_load, Recorded};
 use crate::catalog::{active_holds, Policy, RelationInfo, StoredArchive};
 use crate::engine::eligible::Eligibility;
+use crate::error::OrReport;
 use crate::error::{outcome, Result, RetentionError};
 use pgrx::prelude::*;
 
@@ -61,6 +62,10 @@ fn holds_over(archive_id: i64, slice: &[u8], columns: &[String]) -> Result<Vec<i
 /// store, and its manifest's column names): an archive they match does not expire.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _archive_holds(archive_id: i64, slice: &[u8], columns: Vec<String>) -> pgrx::JsonB {
-    outcome(holds_over(archive_id, slice, &columns))
+fn _archive_holds(archive_id: i64, slice: &[u8], columns: Vec<Option<String>>) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
+    outcome(
+        crate::arrays::without_nulls(columns, "columns")
+            .and_then(|columns| holds_over(archive_id, slice, &columns)),
+    )
 }

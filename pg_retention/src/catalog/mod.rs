@@ -83,25 +83,5 @@ where
     })?)
 }
 
-/// The role the caller acts as: the outer user, unaffected by SECURITY DEFINER.
-pub fn caller() -> String {
-    // Safety: GetOuterUserId reads backend-local state; GetUserNameFromId with noerr=true returns
-    // NULL rather than raising for a vanished role.
-    unsafe {
-        let oid = pgrx::pg_sys::GetOuterUserId();
-        let name = pgrx::pg_sys::GetUserNameFromId(oid, true);
-        if name.is_null() {
-            format!("role {}", oid.to_u32())
-        } else {
-            std::ffi::CStr::from_ptr(name)
-                .to_string_lossy()
-                .into_owned()
-        }
-    }
-}
-
-/// The caller's role oid (see [`caller`]).
-pub fn caller_oid() -> u32 {
-    // Safety: reads backend-local state only.
-    unsafe { pgrx::pg_sys::GetOuterUserId().to_u32() }
-}
+/// The caller of the running entry point: the role in force when it was called.
+pub use crate::identity::{caller, caller_oid};

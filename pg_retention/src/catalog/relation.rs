@@ -121,6 +121,23 @@ impl RelationInfo {
         .ok_or_else(|| gone(oid, name_for_errors))
     }
 
+    /// Refuses (42501) a table of pg_retention's own catalog: its records are the product's
+    /// evidence, never governed, held or erased through it.
+    pub fn ensure_not_catalog(&self) -> Result<()> {
+        let ours = crate::catalog::optional_one::<bool, _>(
+            "SELECT c.relnamespace = 'retention'::regnamespace FROM pg_catalog.pg_class c
+              WHERE c.oid = $1::bigint::oid",
+            &[i64::from(self.oid).into()],
+        )?;
+        if ours == Some(true) {
+            return Err(RetentionError::Privilege {
+                message: format!("{} is part of pg_retention's catalog", self.qualified),
+                hint: "Policies, holds and erasures apply to application tables; the catalog's records are never changed or removed.".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// Whether the table is partitioned: its rows are in its partitions.
     pub fn partitioned(&self) -> bool {
         self.relkind == "p"

@@ -68,6 +68,7 @@ pub fn erase(req: &Request<'_>, budget: Option<i32>) -> Result<Erased> {
         ));
     }
     let rel = RelationInfo::load(req.relation, &format!("oid {}", req.relation))?;
+    rel.ensure_not_catalog()?;
     if !matches!(rel.relkind.as_str(), "r" | "p") {
         return Err(RetentionError::invalid(
             format!("{} is not a table", rel.qualified),

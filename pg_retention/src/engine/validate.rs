@@ -100,7 +100,9 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
             "Every run is bounded; pick positive bounds.",
         ));
     }
+    crate::limits::batch_rows("batch_size", i64::from(spec.batch_size))?;
     let rel = RelationInfo::load(spec.relation, &format!("oid {}", spec.relation))?;
+    rel.ensure_not_catalog()?;
     if rel.relkind != "r" && rel.relkind != "p" {
         return Err(RetentionError::invalid(
             format!("{} is not a table", rel.qualified),
