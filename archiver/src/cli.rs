@@ -47,7 +47,7 @@ pub enum Command {
         /// Every slice in the store.
         #[arg(long, conflicts_with = "key")]
         all: bool,
-        /// One slice key (or manifest key).
+        /// One slice key (as ls prints it), or manifest key.
         key: Option<String>,
     },
     /// Expire archives past their policy's archive_keep: plan, prepare, apply, status.
@@ -73,13 +73,20 @@ pub enum Command {
         #[arg(long)]
         apply: bool,
     },
-    /// Load one slice into a fresh table with the source's column types.
+    /// Load one slice into a fresh table with the source's column types (those built into
+    /// PostgreSQL; a manifest naming any other type is refused unless --untyped-as-text).
     Restore {
-        /// The slice key (or manifest key, or batch id).
+        /// The slice key (as ls prints it; or manifest key, or batch id).
         key: String,
         /// Target table, `schema.table`; created when missing, refused when not empty.
         #[arg(long)]
         into: String,
+        /// Restore the columns whose type is not built into PostgreSQL (a domain, an
+        /// extension's or a user's type, or one this database does not know) as `text` holding
+        /// the archived text form, instead of refusing: loading through such a type would run
+        /// its code as you.
+        #[arg(long)]
+        untyped_as_text: bool,
     },
 }
 
@@ -250,8 +257,54 @@ impl Options {
     }
 }
 
+/// A command-line error as printed: redacted, since clap quotes what it could not place (a
+/// connection string given without its flag, say).
+pub fn usage_error(e: &clap::Error) -> String {
+    crate::redact::redact(&e.render().to_string())
+}
+
 impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Options { .. }")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn help_names_the_credential_variables_but_never_their_values() {
+        let command = Cli::command();
+        for id in [
+            "database_url",
+            "store",
+            "s3_endpoint",
+            "s3_access_key_id",
+            "s3_secret_access_key",
+        ] {
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .unwrap_or_else(|| panic!("no argument {id}"));
+            assert!(arg.is_hide_env_values_set(), "{id} shows its value");
+            assert!(arg.get_default_values().is_empty(), "{id} has a default");
+        }
+    }
+
+    #[test]
+    fn a_usage_error_never_shows_a_connection_strings_secret() {
+        for args in [
+            vec!["x", "postgres://u:hunter2@h/d?password=hunter3", "run"],
+            vec!["x", "run", "host=h password=hunter2"],
+            vec!["x", "ls", "s3://bucket/p?secret_access_key=hunter2"],
+        ] {
+            let e = Cli::try_parse_from(&args).expect_err("not a command line");
+            let raw = e.render().to_string();
+            assert!(raw.contains("hunter2"), "clap quotes it: {raw}");
+            let shown = usage_error(&e);
+            assert!(!shown.contains("hunter"), "{shown}");
+        }
     }
 }

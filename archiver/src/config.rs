@@ -2,6 +2,7 @@
 
 use crate::cli::Options;
 use crate::error::{Error, Result};
+use crate::redact::redact;
 use std::time::Duration;
 
 /// Default object-store request timeout.
@@ -85,8 +86,7 @@ impl Settings {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
-                toml::from_str(&text)
-                    .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?
+                parse_file(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))?
             }
         };
         let o = given.or(file);
@@ -162,12 +162,66 @@ impl Settings {
         })
     }
 
-    /// The database target without its password.
+    /// The database target without its secrets.
     pub fn database_for_logs(&self) -> String {
         self.database_url
             .as_deref()
             .map(redact)
             .unwrap_or_else(|| "(none)".into())
+    }
+
+    /// The store URL without its secrets.
+    pub fn store_for_logs(&self) -> String {
+        redact(&self.store)
+    }
+}
+
+/// The options of a TOML configuration file. A file that does not parse is reported by line,
+/// column and key path only: never its text, nor the parser's message (which quotes the line,
+/// or the value: a connection string, a secret key).
+fn parse_file(text: &str) -> std::result::Result<Options, String> {
+    toml::from_str(text).map_err(|e| {
+        let (table, syntax) = toml::de::DeTable::parse_recoverable(text);
+        let reason = if !syntax.is_empty() {
+            "not valid TOML"
+        } else if e.message().starts_with("unknown field") {
+            "not an option"
+        } else {
+            "a value of the wrong type"
+        };
+        let Some(span) = e.span() else {
+            return reason.to_owned();
+        };
+        let (line, column) = line_column(text, span.start);
+        let mut path = Vec::new();
+        key_path(table.get_ref(), span.start, &mut path);
+        let key = match path.is_empty() {
+            true => String::new(),
+            false => format!(", key {}", redact(&path.join("."))),
+        };
+        format!("line {line}, column {column}{key}: {reason}")
+    })
+}
+
+/// 1-based line and column (in characters) of byte `at` of `text`.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let before = text.get(..at.min(text.len())).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    (line, column)
+}
+
+/// The keys leading to the entry of `table` at byte `at`, outermost first.
+fn key_path(table: &toml::de::DeTable<'_>, at: usize, path: &mut Vec<String>) {
+    for (key, value) in table {
+        let (k, v) = (key.span(), value.span());
+        if (k.start..=k.end).contains(&at) || (v.start..=v.end).contains(&at) {
+            path.push(key.get_ref().to_string());
+            if let Some(inner) = value.get_ref().as_table() {
+                key_path(inner, at, path);
+            }
+            return;
+        }
     }
 }
 
@@ -175,8 +229,8 @@ impl std::fmt::Debug for Settings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Settings")
             .field("database_url", &self.database_for_logs())
-            .field("store", &self.store)
-            .field("s3_endpoint", &self.s3_endpoint)
+            .field("store", &self.store_for_logs())
+            .field("s3_endpoint", &self.s3_endpoint.as_deref().map(redact))
             .field("s3_region", &self.s3_region)
             .field(
                 "s3_credentials",
@@ -195,26 +249,6 @@ impl std::fmt::Debug for Settings {
             .field("json_logs", &self.json_logs)
             .finish()
     }
-}
-
-/// Hides passwords in a connection string (key-value `password=...` or URL user info).
-pub fn redact(conn: &str) -> String {
-    if let Ok(mut url) = url::Url::parse(conn) {
-        if url.password().is_some() {
-            let _ = url.set_password(Some("***"));
-        }
-        return url.to_string();
-    }
-    conn.split_whitespace()
-        .map(|kv| {
-            if kv.starts_with("password=") {
-                "password=***"
-            } else {
-                kv
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 #[cfg(test)]
@@ -262,11 +296,69 @@ mod tests {
     }
 
     #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            redact("host=h user=u password=secret dbname=d"),
-            "host=h user=u password=*** dbname=d"
+    fn debug_and_logs_show_no_secret_of_any_setting() {
+        let o = Options {
+            database_url: Some("postgres://u:pw1@h/d?password=pw2&sslmode=require".into()),
+            store: Some("s3://bucket/p?secret_access_key=pw3".into()),
+            s3_endpoint: Some("http://minio:pw4@127.0.0.1:9000".into()),
+            s3_access_key_id: Some("pw5".into()),
+            s3_secret_access_key: Some("pw6".into()),
+            ..Default::default()
+        };
+        let s = Settings::resolve(o).unwrap();
+        let shown = format!(
+            "{s:?} {} {} {:?}",
+            s.database_for_logs(),
+            s.store_for_logs(),
+            Options::default()
         );
-        assert_eq!(redact("postgres://u:secret@h/d"), "postgres://u:***@h/d");
+        for secret in ["pw1", "pw2", "pw3", "pw4", "pw5", "pw6"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("sslmode=require"), "{shown}");
+        let kv = Settings::resolve(Options {
+            database_url: Some("host=h password = 'se cret' dbname=d".into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(kv.database_for_logs(), "host=h password = *** dbname=d");
+    }
+
+    #[test]
+    fn a_bad_configuration_file_is_reported_by_line_column_and_key_only() {
+        let cases = [
+            (
+                "store = \"memory://\"\ndatabase_url = 42\n",
+                "line 2, column 16, key database_url: a value of the wrong type",
+            ),
+            (
+                "batch_rows = \"postgres://u:pw@h/d?password=hunter2\"\n",
+                "line 1, column 14, key batch_rows: a value of the wrong type",
+            ),
+            (
+                "database_url = \"postgres://u:pw@h/d?password=hunter2\"\nbatch_rows = \"x\"",
+                "line 2, column 14, key batch_rows: a value of the wrong type",
+            ),
+            (
+                "password = \"hunter2\"\n",
+                "line 1, column 1, key password: not an option",
+            ),
+            (
+                "database_url = \"postgres://u:hunter2@h/d\n",
+                "not valid TOML",
+            ),
+        ];
+        for (text, want) in cases {
+            let got = parse_file(text).map(|_| ()).unwrap_err();
+            if want.starts_with("line ") {
+                assert_eq!(got, want, "{text}");
+            } else {
+                assert!(got.ends_with(want), "{got}");
+            }
+            for leak in ["hunter2", "pw@", "42", "memory"] {
+                assert!(!got.contains(leak), "{leak} in {got:?}");
+            }
+        }
+        assert!(parse_file("batch_rows = 3\nlease = \"1m\"").is_ok());
     }
 }

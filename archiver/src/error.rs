@@ -1,5 +1,8 @@
 //! The archiver's one error type, and how each maps to an exit code.
 
+use crate::keys::display;
+use crate::redact::redact;
+
 /// Result with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -7,27 +10,41 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Bad flags, environment or configuration file.
-    #[error("configuration: {0}")]
+    /// Bad flags, environment or configuration file. Shown redacted: a message that quotes a
+    /// connection string or a store URL never shows its secrets.
+    #[error("configuration: {}", redact(.0))]
     Config(String),
     /// The database refused or failed.
     #[error("database: {}", db_message(.0))]
     Db(#[from] tokio_postgres::Error),
-    /// The object store failed (after its retries).
-    #[error("object store: {0}")]
+    /// The object store failed (after its retries). Shown redacted (its messages may quote an
+    /// endpoint URL).
+    #[error("object store: {}", redact(&.0.to_string()))]
     Store(#[from] object_store::Error),
     /// An object at a batch's key holds other bytes than the batch's.
-    #[error("foreign occupant at {key}: {reason}")]
+    #[error("foreign occupant at {}: {reason}", display(.key))]
     ForeignOccupant { key: String, reason: String },
     /// An object read back does not match what was written or what the manifest says.
-    #[error("verification failed for {key}: {reason}")]
+    #[error("verification failed for {}: {reason}", display(.key))]
     Verify { key: String, reason: String },
     /// The extension refused to prune a batch.
     #[error("batch {batch} refused: {reason}")]
     Refused { batch: String, reason: String },
     /// The slice asked for was superseded: an erasure rewrote it without the erased rows.
-    #[error("{key} is superseded by {by}: an erasure rewrote it without the erased rows; use the rewrite")]
+    #[error("{} is superseded by {}: an erasure rewrote it without the erased rows; use the rewrite", display(.key), display(.by))]
     Superseded { key: String, by: String },
+    /// A manifest (untrusted bytes) that `restore` will not act on: its column names or types
+    /// are not usable.
+    #[error("{0}")]
+    Manifest(String),
+    /// A manifest column whose type is a domain, a composite or a range (or an array of one):
+    /// loading rows through it would run SQL-level code (a domain's CHECK) as the restoring role.
+    #[error(
+        "manifest column {column:?} has type {type_name:?}, which is not built into PostgreSQL: \
+         restoring through it would run that type's code (a domain's CHECK, its input function) \
+         as you; pass --untyped-as-text to restore such columns as text"
+    )]
+    UntrustedType { column: String, type_name: String },
     /// A restore target already has rows, or another operator-facing refusal.
     #[error("{0}")]
     Refusal(String),
@@ -53,7 +70,9 @@ impl Error {
             Error::ForeignOccupant { .. }
             | Error::Verify { .. }
             | Error::Refused { .. }
-            | Error::Superseded { .. } => 5,
+            | Error::Superseded { .. }
+            | Error::Manifest(_)
+            | Error::UntrustedType { .. } => 5,
             _ => 1,
         }
     }

@@ -15,6 +15,7 @@ mod metrics;
 mod ops;
 mod orphans;
 mod pipeline;
+mod redact;
 mod runner;
 mod store;
 mod supersede;
@@ -91,8 +92,12 @@ async fn dispatch(cli: Cli, settings: Settings) -> Result<()> {
         Command::Expire { .. } => Err(Error::Config(
             "expire is dispatched with its own exit codes".into(),
         )),
-        Command::Restore { key, into } => {
-            let n = ops::restore(&settings, &key, &into).await?;
+        Command::Restore {
+            key,
+            into,
+            untyped_as_text,
+        } => {
+            let n = ops::restore(&settings, &key, &into, untyped_as_text).await?;
             println!("restored {n} rows into {into}");
             Ok(())
         }
@@ -154,7 +159,18 @@ async fn expire_step(
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version.
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprint!("{}", cli::usage_error(&e));
+            return ExitCode::from(2);
+        }
+    };
     let settings = match Settings::resolve(cli.options.clone()) {
         Ok(s) => s,
         Err(e) => {

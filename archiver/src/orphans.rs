@@ -10,7 +10,7 @@ use crate::config::Settings;
 use crate::db::Db;
 use crate::error::Result;
 use crate::expire::MAX_KEYS_PER_REQUEST;
-use crate::keys::{manifest_for, slice_for};
+use crate::keys::{canonical, display, manifest_for, slice_for};
 use crate::store::Store;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -20,7 +20,8 @@ const CONTROL_PREFIX: &str = "_retention/";
 
 /// What the catalog references now.
 struct References {
-    /// Slice and manifest keys of every archive record.
+    /// Slice and manifest keys of every archive record, as listings give keys back
+    /// ([`canonical`]).
     archived: BTreeSet<String>,
     /// Ids of live (claimed) batches.
     live_batches: Vec<String>,
@@ -35,21 +36,27 @@ impl References {
                 &[],
             )
             .await?;
-        let slices: Vec<String> = row.get(0);
-        let mut archived = BTreeSet::new();
-        for s in slices {
-            archived.insert(manifest_for(&s));
-            archived.insert(slice_for(&s));
-        }
-        Ok(References {
-            archived,
-            live_batches: row.get(1),
-        })
+        Ok(References::new(row.get(0), row.get(1)))
     }
 
-    /// Whether `key` is referenced: an archive's object, or named after a live batch.
+    /// The references of the slice keys the database records and its live batches. Keys are
+    /// compared as the store lists them: the recorded text, not an encoding of it.
+    fn new(slices: Vec<String>, live_batches: Vec<String>) -> References {
+        let mut archived = BTreeSet::new();
+        for s in slices {
+            archived.insert(canonical(&manifest_for(&s)));
+            archived.insert(canonical(&slice_for(&s)));
+        }
+        References {
+            archived,
+            live_batches,
+        }
+    }
+
+    /// Whether `key` (as listed) is referenced: an archive's object, or named after a live
+    /// batch.
     fn holds(&self, key: &str) -> bool {
-        if key.starts_with(CONTROL_PREFIX) || self.archived.contains(key) {
+        if key.starts_with(CONTROL_PREFIX) || self.archived.contains(&canonical(key)) {
             return true;
         }
         let name = key.rsplit('/').next().unwrap_or(key);
@@ -83,7 +90,7 @@ pub async fn sweep(settings: &Settings, age: Duration, apply: bool) -> Result<()
     let objects = store.objects().await?;
     let listed = unreferenced(&objects, &References::read(&db).await?, age);
     for (key, size) in &listed {
-        println!("orphan\t{key}\t{size}");
+        println!("orphan\t{}\t{size}", display(key));
     }
     let bytes: u64 = listed.iter().map(|(_, s)| s).sum();
     if !apply {
@@ -130,12 +137,7 @@ mod tests {
 
     #[test]
     fn archives_live_batches_and_control_objects_are_referenced() {
-        let refs = References {
-            archived: ["a/b1.slice".to_owned(), "a/b1.manifest.json".to_owned()]
-                .into_iter()
-                .collect(),
-            live_batches: vec!["b2".into()],
-        };
+        let refs = References::new(vec!["a/b1.slice".into()], vec!["b2".into()]);
         assert!(refs.holds("a/b1.slice"));
         assert!(refs.holds("a/b1.manifest.json"));
         assert!(refs.holds("x/y/b2.slice"));
@@ -159,5 +161,50 @@ mod tests {
             unreferenced(&objects, &refs, Duration::from_secs(3600)),
             vec![("old".to_owned(), 3)]
         );
+    }
+
+    /// A live archive of a table named `we"ird<TAB>tab<LF>name%2F/x`, written and listed
+    /// through the store (in memory and on disk), is referenced by the key the database
+    /// recorded; the same object under another batch is an orphan.
+    #[tokio::test]
+    async fn an_archive_with_a_weird_table_name_is_never_an_orphan() {
+        use crate::cli::Options;
+        use crate::config::Settings;
+        use crate::keys::WEIRD_RELATION;
+        use bytes::Bytes;
+        let recorded = format!("app/{WEIRD_RELATION}/2026/11/30/b1.slice");
+        let debris = format!("app/{WEIRD_RELATION}/2026/11/30/b9.slice");
+        let dir = std::env::temp_dir().join(format!("pg-retention-orphans-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for url in [
+            "memory://pfx".to_owned(),
+            format!("file://{}", dir.display()),
+        ] {
+            let settings = Settings::resolve(Options {
+                store: Some(url),
+                ..Default::default()
+            })
+            .unwrap();
+            let store = Store::open(&settings).unwrap();
+            for key in [&recorded, &manifest_for(&recorded), &debris] {
+                store
+                    .put_create(key, Bytes::from_static(b"x"))
+                    .await
+                    .unwrap();
+            }
+            let mut objects = store.objects().await.unwrap();
+            for o in &mut objects {
+                o.2 -= chrono::Duration::days(1);
+            }
+            let refs = References::new(vec![recorded.clone()], vec![]);
+            assert_eq!(
+                unreferenced(&objects, &refs, Duration::from_secs(60)),
+                vec![(debris.clone(), 1)],
+                "only the debris is an orphan"
+            );
+            store.delete(std::slice::from_ref(&debris)).await.unwrap();
+            assert_eq!(store.objects().await.unwrap().len(), 2, "the archive stays");
+        }
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 async fn context(settings: Settings) -> Result<Context> {
     tracing::info!(
-        store = %settings.store,
+        store = %settings.store_for_logs(),
         database = %settings.database_for_logs(),
         owner = %settings.owner,
         request_timeout = ?settings.request_timeout,

@@ -3,6 +3,8 @@
 
 use crate::config::Settings;
 use crate::error::{Error, Result};
+use crate::keys::{key_of, path_of};
+use crate::redact::redact;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3ConfigKey;
@@ -59,8 +61,9 @@ fn refuse_plain_http(endpoint: Option<String>, allow_http: Option<String>) -> Re
     let allowed = allow_http.is_some_and(|v| v.eq_ignore_ascii_case("true"));
     match endpoint {
         Some(e) if e.starts_with("http://") && !allowed => Err(Error::Config(format!(
-            "the S3 endpoint {e} is plain HTTP, which is not allowed: set AWS_ALLOW_HTTP=true \
-             with AWS_ENDPOINT, or pass the endpoint as --s3-endpoint / PG_RETENTION_S3_ENDPOINT"
+            "the S3 endpoint {} is plain HTTP, which is not allowed: set AWS_ALLOW_HTTP=true \
+             with AWS_ENDPOINT, or pass the endpoint as --s3-endpoint / PG_RETENTION_S3_ENDPOINT",
+            redact(&e)
         ))),
         _ => Ok(()),
     }
@@ -74,6 +77,22 @@ fn retry_config(settings: &Settings) -> RetryConfig {
         retry_timeout: settings.retry_timeout,
         ..RetryConfig::default()
     }
+}
+
+/// Refuses a cloud or memory store URL that carries user info, a query or a fragment: the
+/// archiver reads none of them (credentials come from flags and the cloud's environment), and
+/// what follows the bucket would otherwise become part of every object key.
+fn refuse_url_extras(scheme: &str, rest: &str) -> Result<()> {
+    let authority = rest.split('/').next().unwrap_or_default();
+    if scheme != "file" && (authority.contains('@') || rest.contains(['?', '#'])) {
+        return Err(Error::Config(format!(
+            "store {}://{}: user info, `?` and `#` are not part of a store URL; give credentials \
+             as --s3-access-key-id / --s3-secret-access-key or the cloud's environment",
+            scheme,
+            redact(rest)
+        )));
+    }
+    Ok(())
 }
 
 fn split_bucket(rest: &str) -> (String, String) {
@@ -95,9 +114,11 @@ impl Store {
         let retry = retry_config(settings);
         let (scheme, rest) = url.split_once("://").ok_or_else(|| {
             Error::Config(format!(
-                "store {url:?} is not a URL (file:///path, s3://bucket/prefix, ...)"
+                "store {:?} is not a URL (file:///path, s3://bucket/prefix, ...)",
+                redact(url)
             ))
         })?;
+        refuse_url_extras(scheme, rest)?;
         let (inner, prefix): (Arc<dyn ObjectStore>, String) = match scheme {
             "file" => {
                 std::fs::create_dir_all(rest)?;
@@ -159,22 +180,24 @@ impl Store {
         Ok(Store { inner, prefix })
     }
 
-    /// The full path of a key relative to the prefix.
+    /// The full path of a key relative to the prefix (the one conversion: [`path_of`]).
     pub fn path(&self, key: &str) -> Path {
-        if self.prefix.is_empty() {
-            Path::from(key)
-        } else {
-            Path::from(format!("{}/{key}", self.prefix))
-        }
+        path_of(&self.prefix, key)
     }
 
-    /// A key relative to the prefix, from a full path.
-    fn relative(&self, path: &Path) -> String {
-        let full = path.to_string();
-        match full.strip_prefix(&format!("{}/", self.prefix)) {
-            Some(rel) if !self.prefix.is_empty() => rel.to_owned(),
-            _ => full,
+    /// The key of a listed path, relative to the prefix (the one conversion back: [`key_of`]).
+    /// None, with a warning, for an object the archiver did not name: it is left alone.
+    fn key(&self, path: &Path) -> Option<String> {
+        let key = key_of(&self.prefix, path);
+        if key.is_none() {
+            tracing::warn!(path = %path, "an object not named as the archiver names objects; left alone");
         }
+        key
+    }
+
+    /// What listings start from: the prefix, or everything.
+    fn list_root(&self) -> Option<Path> {
+        (!self.prefix.is_empty()).then(|| self.path(""))
     }
 
     /// Writes `bytes` at `key` only if nothing is there. An existing object with the same bytes
@@ -254,21 +277,17 @@ impl Store {
     /// The objects (key, size) in the directory of `key` whose names start with `name_prefix`,
     /// sorted by key: an archive's inventory is every object named after its batch.
     pub async fn objects_beside(&self, key: &str, name_prefix: &str) -> Result<Vec<(String, u64)>> {
-        let dir = match key.rsplit_once('/') {
-            Some((dir, _)) => self.path(dir),
-            None if self.prefix.is_empty() => Path::from(""),
-            None => Path::from(self.prefix.as_str()),
-        };
+        let dir = self.path(key.rsplit_once('/').map_or("", |(dir, _)| dir));
         let listing = self.inner.list_with_delimiter(Some(&dir)).await?;
         let mut found: Vec<(String, u64)> = listing
             .objects
             .iter()
-            .filter(|m| {
-                m.location
-                    .filename()
+            .filter_map(|m| Some((self.key(&m.location)?, m.size)))
+            .filter(|(k, _)| {
+                k.rsplit('/')
+                    .next()
                     .is_some_and(|f| f.starts_with(name_prefix))
             })
-            .map(|m| (self.relative(&m.location), m.size))
             .collect();
         found.sort();
         Ok(found)
@@ -293,15 +312,13 @@ impl Store {
 
     /// Every object under the prefix: (key, size, last modified), sorted by key.
     pub async fn objects(&self) -> Result<Vec<(String, u64, chrono::DateTime<chrono::Utc>)>> {
-        let prefix = if self.prefix.is_empty() {
-            None
-        } else {
-            Some(Path::from(self.prefix.as_str()))
-        };
         let mut found: Vec<(String, u64, chrono::DateTime<chrono::Utc>)> = self
             .inner
-            .list(prefix.as_ref())
-            .map_ok(|m| (self.relative(&m.location), m.size, m.last_modified))
+            .list(self.list_root().as_ref())
+            .try_filter_map(|m| {
+                let key = self.key(&m.location);
+                futures::future::ready(Ok(key.map(|k| (k, m.size, m.last_modified))))
+            })
             .try_collect()
             .await?;
         found.sort();
@@ -310,16 +327,15 @@ impl Store {
 
     /// Every manifest key under the prefix, sorted.
     pub async fn manifests(&self) -> Result<Vec<String>> {
-        let prefix = if self.prefix.is_empty() {
-            None
-        } else {
-            Some(Path::from(self.prefix.as_str()))
-        };
         let mut keys: Vec<String> = self
             .inner
-            .list(prefix.as_ref())
-            .try_filter(|m| futures::future::ready(m.location.as_ref().ends_with(".manifest.json")))
-            .map_ok(|m| self.relative(&m.location))
+            .list(self.list_root().as_ref())
+            .try_filter_map(|m| {
+                let key = self
+                    .key(&m.location)
+                    .filter(|k| k.ends_with(".manifest.json"));
+                futures::future::ready(Ok(key))
+            })
             .try_collect()
             .await?;
         keys.sort();
@@ -488,6 +504,121 @@ mod tests {
                 .await
                 .unwrap(),
             Written::Created
+        );
+    }
+
+    /// A key of a table named `we"ird<TAB>tab<LF>name%2F/x` is written, listed, compared with
+    /// the key the database records, read back and deleted, in memory and on disk: encoded
+    /// once on the way in, decoded once on the way out.
+    #[tokio::test]
+    async fn a_key_with_quotes_tabs_newlines_and_percent_round_trips() {
+        use crate::keys::{manifest_for, slice_for, WEIRD_RELATION};
+        let recorded = format!("app/{WEIRD_RELATION}/2026/11/30/b1.slice");
+        let manifest = manifest_for(&recorded);
+        let dir = std::env::temp_dir().join(format!("pg-retention-keys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let on_disk = Options {
+            store: Some(format!("file://{}", dir.display())),
+            ..Default::default()
+        };
+        for s in [
+            memory(),
+            Store::open(&Settings::resolve(on_disk).unwrap()).unwrap(),
+        ] {
+            assert_eq!(
+                s.put_create(&recorded, Bytes::from_static(b"slice"))
+                    .await
+                    .unwrap(),
+                Written::Created
+            );
+            s.put_create(&manifest, Bytes::from_static(b"{}"))
+                .await
+                .unwrap();
+            assert_eq!(s.manifests().await.unwrap(), vec![manifest.clone()]);
+            let listed: Vec<String> = s
+                .objects()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(k, ..)| k)
+                .collect();
+            assert_eq!(listed, vec![manifest.clone(), recorded.clone()]);
+            let beside: Vec<String> = s
+                .objects_beside(&recorded, "b1.")
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            assert_eq!(beside, listed);
+            // What a listing gives back reads the object, and is the recorded key.
+            let back = slice_for(&s.manifests().await.unwrap()[0]);
+            assert_eq!(back, recorded);
+            assert_eq!(&s.get(&back).await.unwrap()[..], b"slice");
+            assert_eq!(
+                s.put_create(&back, Bytes::from_static(b"slice"))
+                    .await
+                    .unwrap(),
+                Written::AlreadyIdentical
+            );
+            s.delete(&listed).await.unwrap();
+            assert!(s.objects().await.unwrap().is_empty());
+            assert!(!s.exists(&recorded).await.unwrap());
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn an_object_named_by_another_writer_is_left_alone() {
+        let s = memory();
+        s.put_create("a/b1.slice", Bytes::from_static(b"x"))
+            .await
+            .unwrap();
+        s.inner
+            .put(
+                &Path::parse("pfx/a/b%2F1.slice").unwrap(),
+                PutPayload::from_static(b"y"),
+            )
+            .await
+            .unwrap();
+        let listed: Vec<String> = s
+            .objects()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(k, ..)| k)
+            .collect();
+        assert_eq!(listed, vec!["a/b1.slice".to_string()]);
+    }
+
+    #[test]
+    fn credentials_in_a_store_url_are_refused_without_being_shown() {
+        for url in [
+            "s3://AKIA1:hunter2@bucket/p",
+            "s3://bucket/p?secret_access_key=hunter2",
+            "gs://bucket/p#token=hunter2",
+            "memory://x?password=hunter2",
+        ] {
+            let o = Options {
+                store: Some(url.into()),
+                ..Default::default()
+            };
+            let e = Store::open(&Settings::resolve(o).unwrap())
+                .err()
+                .expect("refused");
+            let shown = e.to_string();
+            assert!(matches!(e, Error::Config(_)), "{shown}");
+            assert!(
+                !shown.contains("hunter2") && !shown.contains("AKIA1"),
+                "{shown}"
+            );
+        }
+        let e = refuse_plain_http(Some("http://k:hunter2@minio:9000".into()), None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("AWS_ALLOW_HTTP") && !e.contains("hunter2"),
+            "{e}"
         );
     }
 

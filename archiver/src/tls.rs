@@ -172,7 +172,11 @@ fn split_key_value(conninfo: &str) -> Result<(String, Vec<(String, String)>)> {
         }
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         if chars.next() != Some('=') {
-            return Err(bad(&format!("expected '=' after {key:?}")));
+            // Not the key itself: in a mistyped string it may be part of a password.
+            return Err(bad(&format!(
+                "setting {} has no '=' (not shown: it may hold a secret)",
+                kept.len() + taken.len() + 1
+            )));
         }
         while chars.next_if(|c| c.is_whitespace()).is_some() {}
         let mut value = String::new();
@@ -404,6 +408,10 @@ mod tests {
         ] {
             assert!(matches!(split(bad), Err(Error::Config(_))), "{bad}");
         }
+        // A mistyped password is not echoed.
+        let e = split("host=h password = ab zq9x dbname=d").unwrap_err();
+        assert!(e.to_string().contains("setting 3"), "{e}");
+        assert!(!e.to_string().contains("zq9x"), "{e}");
         let (_, tls) = split("host=h sslmode=verify-ca sslrootcert=/nonexistent/ca.pem").unwrap();
         assert!(
             matches!(tls.connector(), Err(Error::Config(m)) if m.contains("/nonexistent/ca.pem"))
