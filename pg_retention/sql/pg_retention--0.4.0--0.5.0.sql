@@ -775,7 +775,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_overdue_wrapper';
 
--- pg_retention/src/api/sweep.rs:72
+-- pg_retention/src/api/sweep.rs:233
 -- pg_retention::api::sweep::_pace
 CREATE OR REPLACE FUNCTION "_pace"(
 	"wal_bytes" bigint /* i64 */
@@ -865,6 +865,39 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_report_position_wrapper';
 
+-- pg_retention/src/api/sweep.rs:98
+-- pg_retention::api::sweep::_run_begin
+CREATE OR REPLACE FUNCTION "_run_begin"(
+	"policy_id" bigint, /* i64 */
+	"actor" TEXT, /* & str */
+	"cycle_remaining" bigint, /* Option < i64 > */
+	"contained" bool /* bool */
+) RETURNS jsonb /* Option < pgrx :: JsonB > */
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_run_begin_wrapper';
+
+-- pg_retention/src/api/sweep.rs:221
+-- pg_retention::api::sweep::_run_end
+CREATE OR REPLACE FUNCTION "_run_end"(
+	"state" jsonb, /* pgrx :: JsonB */
+	"contained" bool /* bool */
+) RETURNS jsonb /* pgrx :: JsonB */
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_run_end_wrapper';
+
+-- pg_retention/src/api/sweep.rs:179
+-- pg_retention::api::sweep::_run_pace
+CREATE OR REPLACE FUNCTION "_run_pace"(
+	"state" jsonb /* pgrx :: JsonB */
+) RETURNS jsonb /* pgrx :: JsonB */
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_run_pace_wrapper';
+
 -- pg_retention/src/api/worker.rs:11
 -- pg_retention::api::worker::_set_latch
 CREATE OR REPLACE FUNCTION "_set_latch"(
@@ -936,59 +969,15 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_supersession_unaffected_wrapper';
 
--- pg_retention/src/api/sweep.rs:82
--- pg_retention::api::sweep::_sweep_failed
-CREATE OR REPLACE FUNCTION "_sweep_failed"(
-	"state" jsonb, /* pgrx :: JsonB */
-	"message" TEXT, /* & str */
-	"sqlstate" TEXT /* & str */
-) RETURNS jsonb /* pgrx :: JsonB */
-STRICT SECURITY DEFINER
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_sweep_failed_wrapper';
-
--- pg_retention/src/api/sweep.rs:102
--- pg_retention::api::sweep::_sweep_finish
-CREATE OR REPLACE FUNCTION "_sweep_finish"(
+-- pg_retention/src/api/sweep.rs:136
+-- pg_retention::api::sweep::_sweep_step_safe
+CREATE OR REPLACE FUNCTION "_sweep_step_safe"(
 	"state" jsonb /* pgrx :: JsonB */
 ) RETURNS jsonb /* pgrx :: JsonB */
 STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_sweep_finish_wrapper';
-
--- pg_retention/src/api/sweep.rs:94
--- pg_retention::api::sweep::_sweep_let_go
-CREATE OR REPLACE FUNCTION "_sweep_let_go"(
-	"state" jsonb /* pgrx :: JsonB */
-) RETURNS void
-STRICT SECURITY DEFINER
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_sweep_let_go_wrapper';
-
--- pg_retention/src/api/sweep.rs:26
--- pg_retention::api::sweep::_sweep_start
-CREATE OR REPLACE FUNCTION "_sweep_start"(
-	"policy_id" bigint, /* Option < i64 > */
-	"actor" TEXT, /* Option < & str > */
-	"cycle_remaining" bigint /* Option < i64 > */
-) RETURNS jsonb /* pgrx :: JsonB */
-SECURITY DEFINER
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_sweep_start_wrapper';
-
--- pg_retention/src/api/sweep.rs:52
--- pg_retention::api::sweep::_sweep_step
-CREATE OR REPLACE FUNCTION "_sweep_step"(
-	"state" jsonb /* pgrx :: JsonB */
-) RETURNS jsonb /* pgrx :: JsonB */
-STRICT SECURITY DEFINER
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_sweep_step_wrapper';
+AS 'MODULE_PATHNAME', '_sweep_step_safe_wrapper';
 
 -- pg_retention/src/catalog/tree.rs:98
 -- pg_retention::catalog::tree::_tree_of
@@ -1329,65 +1318,8 @@ CREATE OR REPLACE FUNCTION retention._lock_key(policy_id bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog
 AS $fn$ SELECT (x'52544e00'::bigint << 32) | policy_id $fn$;
 
--- One batch, with its error captured and ledgered instead of aborting the run.
-CREATE OR REPLACE FUNCTION retention._sweep_step_safe(state jsonb) RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    msg text;
-    code text;
-BEGIN
-    BEGIN
-        RETURN retention._sweep_step(state);
-    EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE;
-    END;
-    RETURN retention._sweep_failed(state, msg, code);
-END
-$fn$;
 
--- A run of one policy, for CALL retention.run() and the database workers alike: _run_begin
--- takes the policy's pruner lock (a session lock: it outlives the commits between steps) and
--- starts the run; the caller commits after it and after every _sweep_step_safe until the state
--- is done; _run_end closes the run and releases the lock. _run_begin returns NULL, holding
--- nothing, when another pruner holds the lock (ledgered) or, when contained, when the start
--- failed (ledgered). Contained (the worker) ledgers errors of start and finish instead of
--- raising them. Only the loop itself is written twice, here and in worker/database.rs, since
--- each commits in its own way (COMMIT in a procedure, a transaction per step in the worker).
-CREATE OR REPLACE FUNCTION retention._run_begin(policy_id bigint, actor text, cycle_remaining bigint, contained boolean)
-RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    st jsonb;
-BEGIN
-    IF NOT pg_catalog.pg_try_advisory_lock(retention._lock_key(policy_id)) THEN
-        PERFORM retention._ledger_skip_locked(policy_id, actor);
-        RETURN NULL;
-    END IF;
-    IF NOT contained THEN
-        RETURN retention._sweep_start(policy_id, actor, cycle_remaining);
-    END IF;
-    st := retention._sweep_start_safe(policy_id, actor, cycle_remaining);
-    IF st IS NULL THEN
-        PERFORM pg_catalog.pg_advisory_unlock(retention._lock_key(policy_id));
-    END IF;
-    RETURN st;
-END
-$fn$;
 
-CREATE OR REPLACE FUNCTION retention._run_end(state jsonb, contained boolean) RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    st jsonb;
-BEGIN
-    IF contained THEN
-        st := retention._sweep_finish_safe(state);
-    ELSE
-        st := retention._sweep_finish(state);
-    END IF;
-    PERFORM pg_catalog.pg_advisory_unlock(retention._lock_key((state->>'policy_id')::bigint));
-    RETURN st;
-END
-$fn$;
 
 -- Sweeps delete-action policies now (one, or all when policy is NULL), committing after every
 -- step. A policy whose lock is held by another pruner is skipped and that is ledgered.
@@ -1398,8 +1330,6 @@ DECLARE
     st jsonb;
     n int := 0;
     pace jsonb;
-    paused_at timestamptz;
-    reason text;
 BEGIN
     IF run.policy IS NOT NULL AND NOT EXISTS (SELECT 1 FROM retention.policies x WHERE x.name = run.policy) THEN
         RAISE EXCEPTION 'policy % does not exist', run.policy USING ERRCODE = '42704', HINT = 'See retention.policies.';
@@ -1415,21 +1345,15 @@ BEGIN
         WHILE NOT (st->>'done')::boolean LOOP
             st := retention._sweep_step_safe(st);
             COMMIT;
-            -- Pacing: wait between steps, outside their transactions, and ledger the pause.
+            -- Pacing: wait between steps, outside their transactions (_run_pace times the
+            -- pause and ledgers it once it is over).
             IF NOT (st->>'done')::boolean THEN
-                pace := retention._pace(coalesce((st->>'step_wal_bytes')::bigint, 0));
-                IF (pace->>'pause')::float8 > 0 THEN
-                    paused_at := clock_timestamp();
-                    reason := pace->>'reason';
-                    LOOP
-                        PERFORM pg_sleep(least((pace->>'pause')::float8, 0.5));
-                        COMMIT;
-                        pace := retention._pace(0);
-                        EXIT WHEN (pace->>'pause')::float8 <= 0;
-                    END LOOP;
-                    PERFORM retention._ledger_pause(p.id, reason,
-                        extract(epoch FROM clock_timestamp() - paused_at)::float8, current_user::text);
-                END IF;
+                LOOP
+                    pace := retention._run_pace(st);
+                    EXIT WHEN (pace->>'pause')::float8 <= 0;
+                    PERFORM pg_sleep(least((pace->>'pause')::float8, 0.5));
+                    COMMIT;
+                END LOOP;
                 COMMIT;
             END IF;
         END LOOP;
@@ -1527,46 +1451,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
       FROM retention.policies p WHERE p.name = ANY ($2);
 $fn$;
 
--- Start and finish of a run with errors ledgered instead of raised (the worker must not die
--- on a bad policy). Start returns NULL when it failed.
-CREATE OR REPLACE FUNCTION retention._sweep_start_safe(policy_id bigint, actor text, cycle_remaining bigint) RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    msg text;
-    code text;
-BEGIN
-    RETURN retention._sweep_start(policy_id, actor, cycle_remaining);
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT, code = RETURNED_SQLSTATE;
-    IF policy_id IS NOT NULL THEN
-        PERFORM retention._ledger_append('error', actor,
-                    jsonb_build_object('error', msg, 'sqlstate', code, 'step', 'start'), policy_id);
-    END IF;
-    RETURN NULL;
-END
-$fn$;
 
-CREATE OR REPLACE FUNCTION retention._sweep_finish_safe(state jsonb) RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    msg text;
-BEGIN
-    RETURN retention._sweep_finish(state);
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-    RAISE WARNING 'pg_retention: could not close the run of policy %: %', state->>'policy', msg;
-    -- The close's drops went with its rollback; this session's locks on the leaves the last
-    -- step detached did not (session locks outlive a rollback). Let go of them, so that the
-    -- policy's next run, in any session, attaches them again.
-    BEGIN
-        PERFORM retention._sweep_let_go(state);
-    EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS msg = MESSAGE_TEXT;
-        RAISE WARNING 'pg_retention: policy %: could not let go of its detached leaves: %', state->>'policy', msg;
-    END;
-    RETURN state;
-END
-$fn$;
 
 -- Asks this database's worker to start a cycle now. Returns whether a running worker was woken.
 CREATE OR REPLACE FUNCTION retention.wake() RETURNS boolean
@@ -2114,7 +1999,8 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 $fn$;
 
 -- Privileges: nothing to PUBLIC; administrators get the public surface; the internals stay
--- with the owner except the sweep steps, which run() (SECURITY INVOKER, it commits) calls.
+-- with the owner except the run protocol, which run() (SECURITY INVOKER, it commits) calls:
+-- it carries a token of a run kept in the backend, never a state the engine would trust.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA retention FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION retention.version() TO PUBLIC;
@@ -2147,11 +2033,9 @@ GRANT EXECUTE ON FUNCTION
     retention.register_consumer(text, text, interval), retention.unregister_consumer(text, text),
     retention.preview(text), retention.preview_partitions(text),
     retention.replay_floor(text), retention.check_replay(text, timestamptz),
-    retention._run_order(text), retention._lock_key(bigint), retention._sweep_start(bigint, text, bigint),
-    retention._sweep_step_safe(jsonb), retention._sweep_step(jsonb), retention._sweep_failed(jsonb, text, text),
-    retention._sweep_finish(jsonb), retention._ledger_skip_locked(bigint, text),
-    retention._run_begin(bigint, text, bigint, boolean), retention._run_end(jsonb, boolean),
-    retention._pace(bigint), retention._ledger_pause(bigint, text, float8, text)
+    retention._run_order(text), retention._lock_key(bigint),
+    retention._run_begin(bigint, text, bigint, boolean), retention._sweep_step_safe(jsonb),
+    retention._run_pace(jsonb), retention._run_end(jsonb, boolean)
     TO retention_admin;
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.report_position(text, text, bigint, text),

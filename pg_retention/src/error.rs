@@ -114,6 +114,13 @@ pub enum RetentionError {
     /// A required argument was NULL (22004).
     #[error("{0} must not be NULL")]
     NullArgument(&'static str),
+    /// An error PostgreSQL raised inside a step that caught it to clean up (a run's start
+    /// or close lets go of its pruner lock first), raised again with its own SQLSTATE.
+    #[error("{message}")]
+    Raised {
+        code: pgrx::PgSqlErrorCode,
+        message: String,
+    },
     /// An internal SPI failure (XX000).
     #[error("internal error: {0}")]
     Internal(String),
@@ -186,7 +193,10 @@ impl RetentionError {
     }
 
     /// The SQLSTATE this error is raised with.
-    pub fn sqlstate(&self) -> &'static str {
+    pub fn sqlstate(&self) -> std::borrow::Cow<'static, str> {
+        if let RetentionError::Raised { code, .. } = self {
+            return crate::subxact::sqlstate(*code).into();
+        }
         match self {
             RetentionError::InvalidParameter { .. } => "22023",
             RetentionError::UndefinedColumn { .. } => "42703",
@@ -211,8 +221,9 @@ impl RetentionError {
             RetentionError::Privilege { .. } | RetentionError::OwnerPrivilege { .. } => "42501",
             RetentionError::ClassConflict { .. } => "RT102",
             RetentionError::NullArgument(_) => "22004",
-            RetentionError::Internal(_) => "XX000",
+            RetentionError::Internal(_) | RetentionError::Raised { .. } => "XX000",
         }
+        .into()
     }
 
     fn detail(&self) -> Option<String> {
@@ -295,18 +306,15 @@ impl RetentionError {
                 "Drop or alter policy {other} first, or give this policy the same action."
             )),
             RetentionError::NullArgument(_) => Some("Pass a value; NULL means nothing here.".into()),
-            RetentionError::Internal(_) => None,
+            RetentionError::Internal(_) | RetentionError::Raised { .. } => None,
         }
     }
 
     /// Raises this error as a Postgres ERROR with its SQLSTATE, detail and hint. Does not
     /// return. Only for standard SQLSTATEs: errors of class RT go through [`outcome`].
     pub fn report(self) -> ! {
-        let code = self.sqlstate().as_bytes();
-        let six = |c: u8| (i32::from(c.wrapping_sub(b'0'))) & 0x3F;
-        let packed = (0..5).fold(0i32, |acc, i| acc | (six(code[i]) << (6 * i)));
         let mut report = ErrorReport::new(
-            PgSqlErrorCode::from(packed),
+            condition(&self.sqlstate()),
             self.to_string(),
             "pg_retention",
         );
@@ -319,6 +327,17 @@ impl RetentionError {
         report.report(PgLogLevel::ERROR);
         unreachable!("an ERROR report does not return")
     }
+}
+
+/// The error condition of a five-character SQLSTATE.
+pub fn condition(sqlstate: &str) -> PgSqlErrorCode {
+    let six = |c: u8| (i32::from(c.wrapping_sub(b'0'))) & 0x3F;
+    let packed = sqlstate
+        .bytes()
+        .take(5)
+        .enumerate()
+        .fold(0i32, |acc, (i, c)| acc | (six(c) << (6 * i)));
+    PgSqlErrorCode::from(packed)
 }
 
 /// Encodes a result for a SQL wrapper: `{"ok": value}` or `{"error": {code, message, detail,

@@ -17,6 +17,7 @@ mod error;
 mod guard;
 mod gucs;
 mod identity;
+mod legacy;
 mod limits;
 mod render;
 mod sql_text;

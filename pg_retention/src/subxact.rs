@@ -101,15 +101,28 @@ unsafe fn begin() -> impl Fn() + Copy {
 /// An error [`or_error`] caught.
 #[derive(Debug)]
 pub struct Failure {
-    /// The error's condition (`ERRCODE_...`) or SQLSTATE.
+    /// The error's SQLSTATE (five characters).
     pub condition: String,
+    /// The same, as an error condition.
+    pub code: PgSqlErrorCode,
     /// Its message.
     pub message: String,
 }
 
+impl Failure {
+    /// The error again, with its SQLSTATE, to raise once the caller has cleaned up.
+    pub fn again(self) -> crate::error::RetentionError {
+        crate::error::RetentionError::Raised {
+            code: self.code,
+            message: self.message,
+        }
+    }
+}
+
 /// Runs `f` in a subtransaction, released when it returns `Ok`: an error it returns or raises
 /// rolls the subtransaction back and comes back as a [`Failure`], for a caller that records
-/// it and goes on. A Rust panic goes on up.
+/// it and goes on. A cancel (57014: a user's cancel request, a statement timeout) is rolled back
+/// and goes on up, as PL/pgSQL's `WHEN OTHERS` leaves it; so does a Rust panic.
 pub fn or_error<T>(f: impl FnOnce() -> Result<T>) -> Result<std::result::Result<T, Failure>> {
     // Safety: as in `subtransaction`, begin/release/rollback pair up on every path, in the same
     // backend and at the same SPI level, and the caller's context and owner come back.
@@ -120,7 +133,8 @@ pub fn or_error<T>(f: impl FnOnce() -> Result<T>) -> Result<std::result::Result<
             Ok(v) => Ok((Ok(v), false)),
             Err(e) => Ok((
                 Err(Failure {
-                    condition: e.sqlstate().to_owned(),
+                    condition: e.sqlstate().into_owned(),
+                    code: crate::error::condition(&e.sqlstate()),
                     message: e.to_string(),
                 }),
                 false,
@@ -130,9 +144,15 @@ pub fn or_error<T>(f: impl FnOnce() -> Result<T>) -> Result<std::result::Result<
             pg_sys::RollbackAndReleaseCurrentSubTransaction();
             restore();
             match e {
+                CaughtError::PostgresError(ref r) | CaughtError::ErrorReport(ref r)
+                    if r.sql_error_code() == PgSqlErrorCode::ERRCODE_QUERY_CANCELED =>
+                {
+                    e.rethrow()
+                }
                 CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => Ok((
                     Err(Failure {
-                        condition: format!("{:?}", r.sql_error_code()),
+                        condition: sqlstate(r.sql_error_code()),
+                        code: r.sql_error_code(),
                         message: r.message().to_owned(),
                     }),
                     true,
@@ -156,5 +176,15 @@ pub fn or_error<T>(f: impl FnOnce() -> Result<T>) -> Result<std::result::Result<
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+/// The five-character SQLSTATE of an error condition.
+pub fn sqlstate(code: PgSqlErrorCode) -> String {
+    // Safety: unpack_sql_state writes the five characters into a static buffer and returns it.
+    unsafe {
+        std::ffi::CStr::from_ptr(pg_sys::unpack_sql_state(code as i32))
+            .to_string_lossy()
+            .into_owned()
     }
 }

@@ -356,3 +356,68 @@ fn null_elements_and_catalog_tables_are_typed_refusals() {
     );
     assert_eq!(code, "42501", "{msg}");
 }
+
+/// Class 7: the run protocol takes no state from its client. A made-up state names no run of
+/// this session; the actor is who runs it; the ledger's internals are the engine's alone.
+#[test]
+fn the_run_protocol_accepts_no_client_made_state() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE ROLE admin LOGIN IN ROLE retention_admin;
+         CREATE TABLE t (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO t SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
+         GRANT SELECT, DELETE ON t TO admin;",
+    )
+    .unwrap();
+    let mut admin = c.connect_as("postgres", "admin");
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 't', relation => 't', kind => 'age',
+                    age_column => 'created_at', older_than => '30 days')",
+        )
+        .unwrap();
+    let id = scalar(
+        &mut admin,
+        "SELECT id FROM retention.policies WHERE name = 't'",
+    );
+    let forged = format!(
+        r#"{{"policy_id": {id}, "policy": "t", "version": 1, "run_id": "00000000-0000-0000-0000-000000000000",
+            "actor": "worker", "lo": [0, 0], "span": 0, "deleted": 424242, "batches": 1, "cap": 1000000,
+            "done": true, "outcome": "ok", "reason": null, "token": 1}}"#
+    );
+    for sql in [
+        format!("SELECT retention._sweep_step_safe('{forged}'::jsonb)"),
+        format!("SELECT retention._run_end('{forged}'::jsonb, false)"),
+        format!("SELECT retention._run_pace('{forged}'::jsonb)"),
+    ] {
+        let (code, msg) = expect_error(&mut admin, &sql);
+        assert_eq!(code, "22023", "{sql}: {msg}");
+    }
+    let (code, msg) = expect_error(
+        &mut admin,
+        &format!("SELECT retention._run_begin({id}, 'worker', NULL, false)"),
+    );
+    assert_eq!(code, "42501", "{msg}");
+    for sql in [
+        format!("SELECT retention._ledger_pause({id}, 'r', 1e9, 'worker')"),
+        format!("SELECT retention._ledger_skip_locked({id}, 'worker')"),
+        "SELECT retention._ledger_append('run', 'worker', '{}', NULL)".to_owned(),
+    ] {
+        let (code, msg) = expect_error(&mut admin, &sql);
+        assert_eq!(code, "42501", "{sql}: {msg}");
+    }
+    // The only run entry is the one a real run writes, by the admin.
+    admin.batch_execute("CALL retention.run('t')").unwrap();
+    let runs: Vec<(String, i64)> = admin
+        .query(
+            "SELECT actor, rows FROM retention.ledger WHERE method = 'run' ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(runs, [("admin".to_owned(), 10)]);
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM t"), 0);
+}

@@ -1,110 +1,240 @@
-//! The sweep protocol used by `CALL retention.run()` and the background worker: start, one
-//! step per transaction, failure, finish. State travels as jsonb between the calls.
+//! The run protocol used by `CALL retention.run()` and the background worker: `_run_begin`,
+//! `_sweep_step_safe` per transaction (and `_run_pace` between steps in `run()`), `_run_end`.
+//!
+//! A run's state is kept in this backend (`engine/sweep/runs.rs`); SQL holds only its token,
+//! and a read-only copy to read `done` and the counts from. The actor is who runs it: the
+//! worker, or the role in force (`identity.rs`). So nothing a client passes decides what a run
+//! deletes, counts, or writes to the ledger.
 
 use crate::catalog::prepared;
 use crate::engine::pacing;
-use crate::engine::sweep::{self, SweepState};
-use crate::error::{required, OrReport, Result, RetentionError};
+use crate::engine::sweep::{self, runs, SweepState};
+use crate::error::{OrReport, Result, RetentionError};
+use crate::subxact;
 use pgrx::prelude::*;
+use serde_json::json;
 
-/// A run's state as `_sweep_start` returned it; anything else is refused (22023).
-fn decode(state: pgrx::JsonB) -> Result<SweepState> {
-    serde_json::from_value(state.0).map_err(|e| {
-        RetentionError::invalid(
-            "not a sweep state",
-            format!("The state could not be read: {e}."),
-            "Pass the value retention._sweep_start or the previous step returned.",
-        )
-    })
-}
-
-fn encode(state: SweepState) -> Result<pgrx::JsonB> {
+/// The state as SQL sees it: a copy, of which only `token` is ever read back.
+fn view(state: &SweepState) -> Result<pgrx::JsonB> {
     Ok(pgrx::JsonB(serde_json::to_value(state)?))
 }
 
-/// Starts a run of one policy.
-#[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
-fn _sweep_start(
-    policy_id: Option<i64>,
-    actor: Option<&str>,
-    cycle_remaining: Option<i64>,
-) -> pgrx::JsonB {
-    crate::identity::refuse_restricted().or_report();
-    (|| {
-        sweep::start(
-            required(policy_id, "policy_id")?,
-            required(actor, "actor")?,
-            cycle_remaining,
-        )
-    })()
-    .and_then(encode)
-    .or_report()
+/// Who runs a run started now: the worker, or the role in force.
+fn run_actor() -> String {
+    if crate::worker::in_worker() {
+        "worker".into()
+    } else {
+        crate::identity::caller()
+    }
 }
 
-/// Runs one step; the caller commits afterwards.
+/// Takes the policy's pruner lock (a session lock: it outlives the commits between steps).
+fn try_lock(policy_id: i64) -> Result<bool> {
+    crate::error::present(
+        Spi::get_one_with_args::<bool>(
+            "SELECT pg_catalog.pg_try_advisory_lock(retention._lock_key($1))",
+            &[policy_id.into()],
+        )?,
+        "pg_try_advisory_lock",
+    )
+}
+
+fn unlock(policy_id: i64) -> Result<()> {
+    Spi::run_with_args(
+        "SELECT pg_catalog.pg_advisory_unlock(retention._lock_key($1))",
+        &[policy_id.into()],
+    )?;
+    Ok(())
+}
+
+fn begin(
+    policy_id: i64,
+    actor: &str,
+    cycle_remaining: Option<i64>,
+    contained: bool,
+) -> Result<Option<pgrx::JsonB>> {
+    let expected = run_actor();
+    if actor != expected {
+        return Err(RetentionError::Privilege {
+            message: format!("a run's actor is who runs it ({expected}), not {actor}"),
+            hint: "Pass current_user (the worker passes 'worker').".into(),
+        });
+    }
+    if !try_lock(policy_id)? {
+        Spi::run_with_args(
+            "SELECT retention._ledger_skip_locked($1, $2)",
+            &[policy_id.into(), expected.as_str().into()],
+        )?;
+        return Ok(None);
+    }
+    match subxact::or_error(|| sweep::start(policy_id, &expected, cycle_remaining))? {
+        Ok(state) => Ok(Some(view(&runs::keep(state))?)),
+        Err(failure) => {
+            // A rollback does not release a session lock: let go of it on every way out.
+            unlock(policy_id)?;
+            if !contained {
+                return Err(failure.again());
+            }
+            Spi::run_with_args(
+                "SELECT retention._ledger_append('error', $1, $2, $3)",
+                &[
+                    expected.as_str().into(),
+                    pgrx::JsonB(json!({
+                        "error": failure.message, "sqlstate": failure.condition, "step": "start"
+                    }))
+                    .into(),
+                    policy_id.into(),
+                ],
+            )?;
+            Ok(None)
+        }
+    }
+}
+
+/// Starts a run of policy `policy_id` by `actor` (the caller's role, or `'worker'` in the
+/// worker) and takes its pruner lock; NULL, holding nothing, when another pruner holds the lock
+/// (ledgered) or, contained, when the start failed (ledgered). Not contained, a failed start
+/// raises its error, the lock released.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn _run_begin(
+    policy_id: i64,
+    actor: &str,
+    cycle_remaining: Option<i64>,
+    contained: bool,
+) -> Option<pgrx::JsonB> {
+    crate::identity::entry(|| begin(policy_id, actor, cycle_remaining, contained)).or_report()
+}
+
+/// Runs one step of a run; an error in it is caught (its writes rolled back), ledgered, and
+/// ends the run. The caller commits afterwards.
 ///
 /// The batch's commit does not wait for its WAL to reach disk (`synchronous_commit = off` for
 /// this transaction only): a batch lost to a crash loses its deletes and its ledger record
 /// together, and its rows are simply swept again. The run's closing transaction commits with
 /// the session's own setting, which flushes every batch before the run reports done. Waiting
 /// for a flush per batch cost as much as the deletes themselves.
+fn step_safe(token: u64) -> Result<SweepState> {
+    let state = runs::get(token)?;
+    if state.done {
+        return Ok(state);
+    }
+    let before = pacing::wal_written();
+    prepared::commit_unflushed()?;
+    let next = match subxact::or_error(|| sweep::step(state.clone()))? {
+        Ok(mut next) => {
+            next.step_wal_bytes = pacing::wal_written() - before;
+            next.paced.step_ended();
+            next
+        }
+        Err(failure) => sweep::failed(state, &failure.message, &failure.condition)?,
+    };
+    Ok(runs::put(next))
+}
+
+/// One step of the run whose state (its token) is given; returns the new state.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _sweep_step(state: pgrx::JsonB) -> pgrx::JsonB {
+fn _sweep_step_safe(state: pgrx::JsonB) -> pgrx::JsonB {
     crate::identity::refuse_restricted().or_report();
-    let before = pacing::wal_written();
-    prepared::commit_unflushed()
-        .and_then(|()| decode(state))
-        .and_then(sweep::step)
-        .map(|mut s| {
-            s.step_wal_bytes = pacing::wal_written() - before;
-            s.paced.step_ended();
-            s
-        })
-        .and_then(encode)
+    runs::token_of(&state.0)
+        .and_then(step_safe)
+        .and_then(|s| view(&s))
+        .or_report()
+}
+
+/// Between two steps of `CALL retention.run()`: seconds to wait before asking again (0: go
+/// on) and why. The first call after a step charges the step's WAL; the pause is timed here
+/// and ledgered when it is over.
+fn run_pace(token: u64) -> Result<pgrx::JsonB> {
+    let mut state = runs::get(token)?;
+    let pace = pacing::pace(std::mem::take(&mut state.step_wal_bytes))?;
+    if pace.pause > 0.0 {
+        if state.pause.is_none() {
+            let reason = match &pace.reason {
+                Some(r) => serde_json::to_value(r)?
+                    .as_str()
+                    .unwrap_or("pacing")
+                    .to_owned(),
+                None => "pacing".to_owned(),
+            };
+            state.pause = Some((std::time::Instant::now(), reason));
+        }
+    } else if let Some((started, reason)) = state.pause.take() {
+        Spi::run_with_args(
+            "SELECT retention._ledger_pause($1, $2, $3, $4)",
+            &[
+                state.policy_id.into(),
+                reason.into(),
+                started.elapsed().as_secs_f64().into(),
+                state.actor.as_str().into(),
+            ],
+        )?;
+    }
+    runs::put(state);
+    Ok(pgrx::JsonB(serde_json::to_value(pace)?))
+}
+
+/// Pacing of the run whose state is given: `{pause, reason, ...}` as `_pace` says it.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _run_pace(state: pgrx::JsonB) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
+    runs::token_of(&state.0).and_then(run_pace).or_report()
+}
+
+fn end(token: u64, contained: bool) -> Result<pgrx::JsonB> {
+    let state = runs::take(token)?;
+    let policy_id = state.policy_id;
+    let closed = subxact::or_error(|| sweep::finish(state.clone()))?;
+    let closed = match closed {
+        Ok(closed) => closed,
+        Err(failure) => {
+            // The close's drops went with its rollback; this session's locks on the leaves
+            // the last step detached did not (session locks outlive a rollback): let go of
+            // them, so that the policy's next run, in any session, attaches them again.
+            if let Err(e) = sweep::let_go(&state) {
+                warning!(
+                    "pg_retention: policy {}: could not let go of its detached leaves: {e}",
+                    state.policy
+                );
+            }
+            unlock(policy_id)?;
+            if !contained {
+                return Err(failure.again());
+            }
+            warning!(
+                "pg_retention: could not close the run of policy {}: {}",
+                state.policy,
+                failure.message
+            );
+            state
+        }
+    };
+    unlock(policy_id)?;
+    view(&closed)
+}
+
+/// Closes the run whose state is given (hold skips, cap warning, run summary) and releases
+/// its lock. Contained (the worker), a failed close is a warning; otherwise it raises, the
+/// lock released either way.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _run_end(state: pgrx::JsonB, contained: bool) -> pgrx::JsonB {
+    crate::identity::refuse_restricted().or_report();
+    runs::token_of(&state.0)
+        .and_then(|token| end(token, contained))
         .or_report()
 }
 
 /// Whether the next step of a sweep must wait (`pause` seconds, then ask again with `wal_bytes`
 /// 0) and why, after charging the WAL the last step wrote to the database's budget:
-/// `{pause, reason, replica_lag_ms, wal_tokens}`.
+/// `{pause, reason, replica_lag_ms, wal_tokens}`. The worker's pacing.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _pace(wal_bytes: i64) -> pgrx::JsonB {
     crate::identity::refuse_restricted().or_report();
     pacing::pace(wal_bytes)
         .and_then(|p| Ok(pgrx::JsonB(serde_json::to_value(p)?)))
-        .or_report()
-}
-
-/// Records that a batch raised an error and ends the run.
-#[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
-fn _sweep_failed(state: pgrx::JsonB, message: &str, sqlstate: &str) -> pgrx::JsonB {
-    crate::identity::refuse_restricted().or_report();
-    decode(state)
-        .and_then(|s| sweep::failed(s, message, sqlstate))
-        .and_then(encode)
-        .or_report()
-}
-
-/// After a close that failed and was contained (the worker): lets go of this session's locks
-/// on the leaves the run's last step detached (see `sweep::let_go`).
-#[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
-fn _sweep_let_go(state: pgrx::JsonB) {
-    crate::identity::refuse_restricted().or_report();
-    decode(state).and_then(|s| sweep::let_go(&s)).or_report()
-}
-
-/// Closes a run: hold skips, cap warning, run summary.
-#[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
-fn _sweep_finish(state: pgrx::JsonB) -> pgrx::JsonB {
-    crate::identity::refuse_restricted().or_report();
-    decode(state)
-        .and_then(sweep::finish)
-        .and_then(encode)
         .or_report()
 }

@@ -4,10 +4,11 @@
 
 use super::schedule::{jitter_offset, next_delay};
 use crate::catalog::worker_state::{self, WorkerState};
+use crate::engine::sweep::{runs, Outcome};
 use crate::gucs;
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::ffi::CString;
 use std::time::{Duration, Instant};
 
@@ -156,12 +157,20 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
     set_activity(database, Some(name));
     set_state(WorkerState::Sweeping, Some(name), None);
     let mut stopping = false;
+    let token = state.get("token").and_then(Value::as_u64).unwrap_or(0);
+    // Ends the run between steps; `_run_end` closes it below.
+    let stop = |outcome: Outcome, reason: &str| {
+        if let Err(e) = runs::stop(token, outcome, reason) {
+            warning!("pg_retention: policy {name}: {e}");
+        }
+    };
     while !is_done(&state) {
         if BackgroundWorker::sigterm_received() {
             stopping = true;
-            state["done"] = json!(true);
-            state["outcome"] = json!("stopped");
-            state["reason"] = json!("worker received SIGTERM; stopped between batches");
+            stop(
+                Outcome::Stopped,
+                "worker received SIGTERM; stopped between batches",
+            );
             break;
         }
         match step_with_state("_sweep_step_safe", state.clone()) {
@@ -169,9 +178,10 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
             // The step's own transaction failed (a policy error is ledgered by the step and
             // ends the run; this is not one): close the run as failed.
             None => {
-                state["done"] = json!(true);
-                state["outcome"] = json!("error");
-                state["reason"] = json!("a step's transaction failed; see the server log");
+                stop(
+                    Outcome::Error,
+                    "a step's transaction failed; see the server log",
+                );
                 break;
             }
         }
@@ -182,9 +192,10 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
                 .unwrap_or(0);
             if !pace(id, name, wal) {
                 stopping = true;
-                state["done"] = json!(true);
-                state["outcome"] = json!("stopped");
-                state["reason"] = json!("worker received SIGTERM while paused between batches");
+                stop(
+                    Outcome::Stopped,
+                    "worker received SIGTERM while paused between batches",
+                );
                 break;
             }
         }
@@ -260,6 +271,7 @@ fn run_cycle(database: &str) -> bool {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pg_retention_database_main(arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    super::IN_WORKER.store(true, std::sync::atomic::Ordering::Relaxed);
     let database = BackgroundWorker::get_extra().to_owned();
     let restarts = arg.value() as i64;
     let role = gucs::role();

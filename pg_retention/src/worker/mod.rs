@@ -18,6 +18,15 @@ use std::time::Duration;
 /// backend forked from it sees it set); a library loaded later by a backend leaves it unset.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
+/// Set in a pg_retention database worker (its own process): a run started there is the
+/// worker's, not a role's.
+static IN_WORKER: AtomicBool = AtomicBool::new(false);
+
+/// Whether this process is one of pg_retention's database workers.
+pub fn in_worker() -> bool {
+    IN_WORKER.load(Ordering::Relaxed)
+}
+
 /// Whether the library was preloaded, so the launcher runs (`retention.health()` says so when not).
 pub fn preloaded() -> bool {
     PRELOADED.load(Ordering::Relaxed)

@@ -14,6 +14,7 @@
 mod close;
 mod detached;
 mod plan;
+pub mod runs;
 mod statements;
 
 pub use close::{failed, finish};
@@ -115,6 +116,13 @@ pub struct SweepState {
     /// Adaptive pacing: the next step's size and the pauses so far.
     #[serde(default)]
     pub paced: Adaptive,
+    /// The run's token in this backend ([`runs`]): what SQL hands back between steps.
+    #[serde(default)]
+    pub token: u64,
+    /// When a pause of `CALL retention.run()` between two steps began, and why (see
+    /// `retention._run_pace`); the worker times its own pauses.
+    #[serde(skip)]
+    pub pause: Option<(std::time::Instant, String)>,
 }
 
 fn new_run_id() -> Result<String> {
@@ -155,7 +163,8 @@ impl SweepState {
         .append()
     }
 
-    fn stop(mut self, outcome: Outcome, reason: impl Into<String>) -> Self {
+    /// Ends the run with `outcome` and why.
+    pub(crate) fn stop(mut self, outcome: Outcome, reason: impl Into<String>) -> Self {
         self.done = true;
         self.outcome = outcome;
         self.reason = Some(reason.into());
@@ -187,6 +196,8 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         detached: vec![],
         step_wal_bytes: 0,
         paced: Adaptive::default(),
+        token: 0,
+        pause: None,
     };
     let Some(policy) = policy else {
         return Ok(state.stop(Outcome::Skipped, "policy no longer exists"));
@@ -203,7 +214,7 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
     let rel = match RelationInfo::load(policy.relation, &policy.relation_name) {
         Ok(rel) => rel,
         // A policy whose table is gone is an error of that policy, not of the whole run.
-        Err(e) => return failed(state, &e.to_string(), e.sqlstate()),
+        Err(e) => return failed(state, &e.to_string(), &e.sqlstate()),
     };
     // A policy runs with its owner's privileges or not at all: one that lost them fails
     // closed, ledgered, and the other policies of the run go on.
@@ -214,7 +225,7 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         &policy.name,
         false,
     ) {
-        return failed(state, &e.to_string(), e.sqlstate());
+        return failed(state, &e.to_string(), &e.sqlstate());
     }
     state.paced.batch_size = i64::from(policy.batch_size);
     state.cap = policy
