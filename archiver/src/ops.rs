@@ -300,7 +300,8 @@ const RESOLVE_TYPE_WITH_MODIFIER: &str =
 
 /// Whether a resolved type is [`Resolved::plain`], and the joins it reads (spliced into the two
 /// statements above: fixed text, no input).
-const PLAIN: &str = "coalesce(ty.typtype IN ('b', 'e') AND (ty.typelem = 0 OR el.typtype IN ('b', 'e')), false)";
+const PLAIN: &str =
+    "coalesce(ty.typtype IN ('b', 'e') AND (ty.typelem = 0 OR el.typtype IN ('b', 'e')), false)";
 const TYPES: &str = "LEFT JOIN pg_catalog.pg_type ty ON ty.oid = t.oid
        LEFT JOIN pg_catalog.pg_type el ON el.oid = ty.typelem";
 
