@@ -144,9 +144,10 @@ AS $fn$ SELECT retention._result(retention._lift_hold(hold_id, actor, reason)) $
 
 -- Pull consumers (api/consumer.rs): a registration's epoch, reports of the position processed,
 -- and what each pins.
-CREATE FUNCTION retention.register_consumer(policy text, consumer text, lease interval) RETURNS bigint
+CREATE FUNCTION retention.register_consumer(policy text, consumer text, lease interval,
+                                            reporter regrole DEFAULT NULL) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._register_consumer(policy, consumer, lease::text))::bigint $fn$;
+AS $fn$ SELECT retention._result(retention._register_consumer(policy, consumer, lease::text, reporter::oid))::bigint $fn$;
 
 CREATE FUNCTION retention.report_position(policy text, consumer text, epoch bigint, "position" text)
 RETURNS text
@@ -956,7 +957,7 @@ GRANT EXECUTE ON FUNCTION retention._result(jsonb)
 GRANT EXECUTE ON FUNCTION retention._define_policy(text, jsonb),
     retention._lower_floor(text, int, text, text, text), retention._set_policy_state(text, text),
     retention._link_windows(text, text, text), retention._place_hold(oid, text, text, text),
-    retention._lift_hold(bigint, text, text), retention._register_consumer(text, text, text),
+    retention._lift_hold(bigint, text, text), retention._register_consumer(text, text, text, oid),
     retention._unregister_consumer(text, text)
     TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention._report_position(text, text, bigint, text),
@@ -976,7 +977,7 @@ GRANT EXECUTE ON FUNCTION
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),
     retention.place_hold(regclass, text, text, text), retention.lift_hold(bigint, text, text),
-    retention.register_consumer(text, text, interval), retention.unregister_consumer(text, text),
+    retention.register_consumer(text, text, interval, regrole), retention.unregister_consumer(text, text),
     retention.preview(text), retention.preview_partitions(text),
     retention.replay_floor(text), retention.check_replay(text, timestamptz),
     retention._run_order(text), retention._lock_key(bigint),

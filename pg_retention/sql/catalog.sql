@@ -122,6 +122,8 @@ CREATE TABLE retention.consumer_registrations (
     expires_at    timestamptz NOT NULL,
     registered_at timestamptz NOT NULL DEFAULT now(),
     registered_by regrole NOT NULL,
+    -- The role whose members may report positions and read the status: the consumer's own.
+    reporter      regrole NOT NULL,
     reported_at   timestamptz,
     PRIMARY KEY (policy_id, consumer)
 );

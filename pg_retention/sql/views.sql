@@ -144,7 +144,7 @@ GRANT SELECT ON retention.erasures TO retention_admin, retention_eraser;
 CREATE VIEW retention.consumers AS
 SELECT p.name AS policy, c.consumer, c.epoch, c.position, c.lease, c.expires_at,
        c.expires_at > now() AS pinning, c.registered_at, c.registered_by::regrole AS registered_by,
-       c.reported_at
+       c.reporter::regrole AS reporter, c.reported_at
 FROM retention.consumer_registrations c
 JOIN retention.policy_ids p ON p.id = c.policy_id
 WHERE p.dropped_at IS NULL;

@@ -21,6 +21,11 @@ static MAX_ROWS_PER_CYCLE: GucSetting<i32> = GucSetting::<i32>::new(1_000_000);
 /// before it gives up until the next run, so writers queue behind it for at most this long; and
 /// how long a step goes on proving leaves before it drops the proven ones.
 static DROP_LOCK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(50);
+/// `pg_retention.step_timeout` (milliseconds, default 300000 = 5 min; 0: none): the most one
+/// step of a worker's run (its start, each batch, its close) may take. The database's
+/// `statement_timeout`, when lower, bounds it too. A step past it is cancelled, ledgered as an
+/// error (57014) and ends that policy's run; the worker goes on with the next policy.
+static STEP_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(300_000);
 /// `pg_retention.max_replica_lag` (milliseconds, default 60000 = 1 min; 0 turns it off): a
 /// sweep pauses between steps while any streaming replica's replay lag exceeds it.
 static MAX_REPLICA_LAG_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
@@ -94,6 +99,16 @@ pub fn init() {
         1,
         60_000,
         GucContext::Suset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_retention.step_timeout",
+        c"The most one step of a worker's run may take (0: no bound but statement_timeout).",
+        c"A step past it is cancelled and ledgered as an error; the worker goes on with the next policy.",
+        &STEP_TIMEOUT_MS,
+        0,
+        i32::MAX,
+        GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
     GucRegistry::define_int_guc(
@@ -183,6 +198,18 @@ pub fn max_rows_per_cycle() -> i64 {
 /// The lock timeout of a whole-partition drop, in milliseconds.
 pub fn drop_lock_timeout_ms() -> i32 {
     DROP_LOCK_TIMEOUT_MS.get()
+}
+
+/// How long one step of a worker's run may take, in milliseconds (0: no bound): the lower of
+/// `pg_retention.step_timeout` and `statement_timeout` where either is set.
+pub fn step_timeout_ms() -> i32 {
+    // Safety: reads a backend-local setting.
+    let statement = unsafe { pgrx::pg_sys::StatementTimeout };
+    match (STEP_TIMEOUT_MS.get(), statement) {
+        (0, s) => s,
+        (t, 0) => t,
+        (t, s) => t.min(s),
+    }
 }
 
 /// The replay lag past which sweeps pause, in milliseconds (0: never).

@@ -23,6 +23,7 @@ mod render;
 mod sql_text;
 mod subxact;
 mod tid;
+mod timeout;
 mod worker;
 
 ::pgrx::pg_module_magic!(name, version);

@@ -124,6 +124,21 @@ impl Failure {
 /// it and goes on. A cancel (57014: a user's cancel request, a statement timeout) is rolled back
 /// and goes on up, as PL/pgSQL's `WHEN OTHERS` leaves it; so does a Rust panic.
 pub fn or_error<T>(f: impl FnOnce() -> Result<T>) -> Result<std::result::Result<T, Failure>> {
+    caught(f, false)
+}
+
+/// As [`or_error`], but a cancel is caught too: for the worker, whose steps run under its own
+/// timeout (a cancelled step is one that failed; the worker goes on).
+pub fn or_error_or_cancel<T>(
+    f: impl FnOnce() -> Result<T>,
+) -> Result<std::result::Result<T, Failure>> {
+    caught(f, true)
+}
+
+fn caught<T>(
+    f: impl FnOnce() -> Result<T>,
+    cancel_too: bool,
+) -> Result<std::result::Result<T, Failure>> {
     // Safety: as in `subtransaction`, begin/release/rollback pair up on every path, in the same
     // backend and at the same SPI level, and the caller's context and owner come back.
     unsafe {
@@ -145,7 +160,8 @@ pub fn or_error<T>(f: impl FnOnce() -> Result<T>) -> Result<std::result::Result<
             restore();
             match e {
                 CaughtError::PostgresError(ref r) | CaughtError::ErrorReport(ref r)
-                    if r.sql_error_code() == PgSqlErrorCode::ERRCODE_QUERY_CANCELED =>
+                    if !cancel_too
+                        && r.sql_error_code() == PgSqlErrorCode::ERRCODE_QUERY_CANCELED =>
                 {
                     e.rethrow()
                 }

@@ -421,3 +421,104 @@ fn the_run_protocol_accepts_no_client_made_state() {
     assert_eq!(runs, [("admin".to_owned(), 10)]);
     assert_eq!(scalar(&mut db, "SELECT count(*) FROM t"), 0);
 }
+
+/// Class 8: a consumer belongs to its reporter role (by default the role that registered it):
+/// another consumer role, with the same grants, can neither read its epoch nor report for it.
+#[test]
+fn a_consumer_reports_only_as_its_own_role() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE ROLE admin LOGIN IN ROLE retention_admin;
+         CREATE ROLE mine LOGIN IN ROLE retention_consumer;
+         CREATE ROLE other LOGIN IN ROLE retention_consumer;
+         CREATE TABLE stream (seq bigint PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO stream SELECT g, now() - interval '90 days' FROM generate_series(1, 100) g;
+         GRANT SELECT, DELETE ON stream TO admin;
+         GRANT SELECT (seq) ON stream TO mine, other;",
+    )
+    .unwrap();
+    let mut admin = c.connect_as("postgres", "admin");
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'stream', relation => 'stream', kind => 'age',
+                    age_column => 'created_at', older_than => '30 days', order_by => 'seq')",
+        )
+        .unwrap();
+    let epoch = scalar(
+        &mut admin,
+        "SELECT retention.register_consumer('stream', 'c', '1 hour', 'mine')",
+    );
+    let mut other = c.connect_as("postgres", "other");
+    for sql in [
+        format!("SELECT retention.report_position('stream', 'c', {epoch}, '100')"),
+        "SELECT * FROM retention.consumer_status('stream', 'c')".to_owned(),
+    ] {
+        let (code, msg) = expect_error(&mut other, &sql);
+        assert_eq!(code, "42501", "{sql}: {msg}");
+    }
+    let mut mine = c.connect_as("postgres", "mine");
+    mine.batch_execute(&format!(
+        "SELECT retention.report_position('stream', 'c', {epoch}, '50')"
+    ))
+    .unwrap();
+    admin.batch_execute("CALL retention.run('stream')").unwrap();
+    assert_eq!(
+        scalar(&mut db, "SELECT min(seq) FROM stream"),
+        50,
+        "rows from the consumer's own position on stay"
+    );
+}
+
+/// Class 10: the worker honours `statement_timeout` (and `pg_retention.step_timeout`): a policy
+/// whose scope never finishes is cancelled and ledgered (57014), and the policies after it are
+/// swept in the same cycle.
+#[test]
+fn a_slow_policy_does_not_stall_the_worker() {
+    let c = Cluster::start(&[
+        "pg_retention.enabled = on",
+        "pg_retention.databases = 'postgres'",
+        "pg_retention.naptime = '1h'",
+        "pg_retention.jitter = 0",
+        "statement_timeout = '2s'",
+    ]);
+    let mut db = c.connect("postgres");
+    let mut a = attacker(&c);
+    a.batch_execute(
+        "CREATE FUNCTION m.slow(int) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+         BEGIN
+             PERFORM pg_catalog.pg_sleep(30);
+             RETURN true;
+         END $$;
+         CREATE TABLE m.a (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         CREATE TABLE m.b (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO m.a SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
+         INSERT INTO m.b SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
+         SELECT retention.add_policy(name => 'a_slow', relation => 'm.a', kind => 'age',
+                age_column => 'created_at', older_than => '30 days', scope => 'm.slow(id)');
+         SELECT retention.add_policy(name => 'b_fast', relation => 'm.b', kind => 'age',
+                age_column => 'created_at', older_than => '30 days');",
+    )
+    .unwrap();
+    db.batch_execute("SELECT retention.wake()").unwrap();
+    let swept = c.wait_until(std::time::Duration::from_secs(20), || {
+        let mut db = c.connect("postgres");
+        scalar(&mut db, "SELECT count(*) FROM m.b") == 0
+    });
+    assert!(swept, "the fast policy was not swept; log:\n{}", c.log());
+    let code: String = db
+        .query_one(
+            "SELECT detail->>'sqlstate' FROM retention.ledger
+              WHERE policy = 'a_slow' AND method = 'error' ORDER BY id DESC LIMIT 1",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(code, "57014");
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM m.a"), 10);
+    let running: i64 = scalar(
+        &mut db,
+        "SELECT count(*) FROM retention.workers WHERE running",
+    );
+    assert_eq!(running, 1, "the worker is still there");
+}

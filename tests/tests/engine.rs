@@ -1344,10 +1344,10 @@ fn consumer_floors_pin_rows_refuse_stale_epochs_unpin_on_lapse_and_report_bootst
         "lease must be a positive interval",
     );
 
-    // Reporting needs the right to read the order column.
+    // Reporting needs the right to read the order column (and to be the consumer's reporter).
     db.batch_execute(
         "CREATE ROLE reader IN ROLE retention_consumer;
-         SELECT retention.register_consumer('stream', 'c4', '1 hour');",
+         SELECT retention.register_consumer('stream', 'c4', '1 hour', 'reader');",
     )
     .unwrap();
     let e4: i64 = db

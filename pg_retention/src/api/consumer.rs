@@ -133,7 +133,7 @@ impl Stream {
     }
 }
 
-fn register(policy: &str, consumer: &str, lease: &str) -> Result<i64> {
+fn register(policy: &str, consumer: &str, lease: &str, reporter: Option<u32>) -> Result<i64> {
     non_empty(consumer, "consumer")?;
     if interval_sign(lease)? != Ordering::Greater {
         return Err(RetentionError::invalid(
@@ -143,7 +143,8 @@ fn register(policy: &str, consumer: &str, lease: &str) -> Result<i64> {
         ));
     }
     let stream = Stream::of(policy)?;
-    let epoch = Registration::register(stream.policy.id, consumer, lease, caller_oid())?;
+    let reporter = reporter.unwrap_or_else(caller_oid);
+    let epoch = Registration::register(stream.policy.id, consumer, lease, caller_oid(), reporter)?;
     stream.ledger(
         LedgerMethod::ConsumerRegister,
         json!({ "consumer": consumer, "epoch": epoch, "lease": lease }),
@@ -154,8 +155,38 @@ fn register(policy: &str, consumer: &str, lease: &str) -> Result<i64> {
 /// Registers `consumer` on `policy` with a lease, in a new epoch; returns the epoch.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _register_consumer(policy: &str, consumer: &str, lease: &str) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| register(policy, consumer, lease)))
+fn _register_consumer(
+    policy: &str,
+    consumer: &str,
+    lease: &str,
+    reporter: Option<pg_sys::Oid>,
+) -> pgrx::JsonB {
+    outcome(crate::identity::entry(|| {
+        register(policy, consumer, lease, reporter.map(|r| r.to_u32()))
+    }))
+}
+
+/// Refuses (42501) a caller who is not a member of the consumer's reporter role: a consumer's
+/// position is its own, or another could report it past rows it never read.
+fn check_reporter(policy: &str, consumer: &str, reg: &Registration) -> Result<()> {
+    let member = Spi::get_one_with_args::<bool>(
+        "SELECT pg_catalog.pg_has_role($1::bigint::oid, $2::bigint::oid, 'USAGE')",
+        &[
+            i64::from(caller_oid()).into(),
+            i64::from(reg.reporter).into(),
+        ],
+    )?;
+    if member == Some(true) {
+        return Ok(());
+    }
+    Err(RetentionError::Privilege {
+        message: format!(
+            "consumer {consumer} of policy {policy} reports as role {}, not as {}",
+            crate::author::role_name(reg.reporter),
+            crate::identity::caller()
+        ),
+        hint: "Report as the consumer's role (register_consumer's reporter, by default the role that registered it), or register the consumer again naming yours.".into(),
+    })
 }
 
 fn report(policy: &str, consumer: &str, epoch: i64, position: &str) -> Result<Option<String>> {
@@ -172,6 +203,7 @@ fn report(policy: &str, consumer: &str, epoch: i64, position: &str) -> Result<Op
             consumer: consumer.to_owned(),
         }
     })?;
+    check_reporter(policy, consumer, &reg)?;
     if epoch != reg.epoch {
         return Err(refused(ReportRefusal::Epoch {
             reported: epoch,
@@ -252,6 +284,14 @@ fn status(policy: &str, consumer: &str) -> Result<Status> {
             consumer: consumer.to_owned(),
         }
     })?;
+    // The status carries the epoch a report needs: for the consumer's role and the admins.
+    let admin = Spi::get_one_with_args::<bool>(
+        "SELECT pg_catalog.pg_has_role($1::bigint::oid, 'retention_admin', 'USAGE')",
+        &[i64::from(caller_oid()).into()],
+    )?;
+    if admin != Some(true) {
+        check_reporter(policy, consumer, &reg)?;
+    }
     // Below the oldest row that survives, rows the consumer had not read may be gone.
     let requires_bootstrap = match (&reg.position, stream.end("min")?) {
         (Some(position), Some(oldest)) => stream.compare(position, &oldest)? == Ordering::Less,

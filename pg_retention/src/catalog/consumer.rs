@@ -19,32 +19,45 @@ pub struct Registration {
     pub expires_at: String,
     /// Whether the lease is still running (the consumer pins).
     pub live: bool,
+    /// The role whose members report for this consumer (oid).
+    pub reporter: u32,
 }
 
 const COLUMNS: &str =
-    "SELECT to_jsonb(r) FROM (SELECT epoch, position, expires_at::text AS expires_at, expires_at > now() AS live
+    "SELECT to_jsonb(r) FROM (SELECT epoch, position, expires_at::text AS expires_at, expires_at > now() AS live,
+            reporter::oid::bigint AS reporter
        FROM retention.consumer_registrations WHERE policy_id = $1 AND consumer = $2";
 
 impl Registration {
     /// Registers `consumer` on policy `policy_id` (or registers it again) with a lease of
-    /// `lease` (interval text) from now, in a new epoch with no position yet. Returns the epoch.
-    pub fn register(policy_id: i64, consumer: &str, lease: &str, by: u32) -> Result<i64> {
+    /// `lease` (interval text) from now, in a new epoch with no position yet, reported for by
+    /// members of `reporter`. Returns the epoch.
+    pub fn register(
+        policy_id: i64,
+        consumer: &str,
+        lease: &str,
+        by: u32,
+        reporter: u32,
+    ) -> Result<i64> {
         present(
             Spi::get_one_with_args::<i64>(
                 "INSERT INTO retention.consumer_registrations AS c
-                     (policy_id, consumer, epoch, position, lease, expires_at, registered_at, registered_by)
+                     (policy_id, consumer, epoch, position, lease, expires_at, registered_at, registered_by,
+                      reporter)
                  VALUES ($1, $2, nextval('retention.consumer_epochs'), NULL, $3::interval,
-                         now() + $3::interval, now(), $4::bigint::oid)
+                         now() + $3::interval, now(), $4::bigint::oid, $5::bigint::oid)
                  ON CONFLICT (policy_id, consumer) DO UPDATE
                     SET epoch = excluded.epoch, position = NULL, lease = excluded.lease,
                         expires_at = excluded.expires_at, registered_at = excluded.registered_at,
-                        registered_by = excluded.registered_by, reported_at = NULL
+                        registered_by = excluded.registered_by, reporter = excluded.reporter,
+                        reported_at = NULL
                  RETURNING c.epoch",
                 &[
                     policy_id.into(),
                     consumer.into(),
                     lease.into(),
                     i64::from(by).into(),
+                    i64::from(reporter).into(),
                 ],
             )?,
             "a consumer registration",
