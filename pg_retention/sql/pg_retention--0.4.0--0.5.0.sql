@@ -660,7 +660,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_complete_batch_wrapper';
 
--- pg_retention/src/api/consumer.rs:310
+-- pg_retention/src/api/consumer.rs:315
 -- pg_retention::api::consumer::_consumer_status
 CREATE OR REPLACE FUNCTION "_consumer_status"(
 	"policy" TEXT, /* & str */
@@ -831,7 +831,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_preloaded_wrapper';
 
--- pg_retention/src/api/consumer.rs:156
+-- pg_retention/src/api/consumer.rs:161
 -- pg_retention::api::consumer::_register_consumer
 CREATE OR REPLACE FUNCTION "_register_consumer"(
 	"policy" TEXT, /* & str */
@@ -854,7 +854,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_release_batch_wrapper';
 
--- pg_retention/src/api/consumer.rs:239
+-- pg_retention/src/api/consumer.rs:244
 -- pg_retention::api::consumer::_report_position
 CREATE OR REPLACE FUNCTION "_report_position"(
 	"policy" TEXT, /* & str */
@@ -990,7 +990,7 @@ STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_tree_of_wrapper';
 
--- pg_retention/src/api/consumer.rs:262
+-- pg_retention/src/api/consumer.rs:267
 -- pg_retention::api::consumer::_unregister_consumer
 CREATE OR REPLACE FUNCTION "_unregister_consumer"(
 	"policy" TEXT, /* & str */
@@ -1226,7 +1226,7 @@ $fn$;
 
 -- What the live consumers of a policy pin, for the statements that delete (which run as the
 -- policy's owner and read it once per statement): 'none' (no live consumer), 'all' (one has
--- not reported in its epoch yet), or 'floor' (rows from _consumer_floor on stay).
+-- not reported in its epoch yet), or 'floor' (rows from the lowest of _consumer_positions on stay).
 CREATE OR REPLACE FUNCTION retention._consumer_pins(policy_id bigint) RETURNS text
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT CASE WHEN count(*) = 0 THEN 'none' WHEN bool_or(c.position IS NULL) THEN 'all' ELSE 'floor' END
@@ -1234,18 +1234,13 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
      WHERE c.policy_id = _consumer_pins.policy_id AND c.expires_at > now()
 $fn$;
 
--- The lowest position a live consumer of the policy reported, as a value of the type of
--- `sample` (the order column's).
-CREATE OR REPLACE FUNCTION retention._consumer_floor(policy_id bigint, sample anyelement) RETURNS anyelement
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    lowest ALIAS FOR $0;
-BEGIN
-    EXECUTE format('SELECT min(c.position::%s) FROM retention.consumer_registrations c
-                     WHERE c.policy_id = $1 AND c.expires_at > now()', pg_typeof(sample))
-       INTO lowest USING policy_id;
-    RETURN lowest;
-END
+-- The positions the live consumers of a policy reported, as text: the statements that delete
+-- (which run as the policy's owner) cast them to the order column's type themselves, so a
+-- domain's CHECK runs as that owner and the type comes from the catalog, not from a caller.
+CREATE OR REPLACE FUNCTION retention._consumer_positions(policy_id bigint) RETURNS SETOF text
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT c.position FROM retention.consumer_registrations c
+     WHERE c.policy_id = _consumer_positions.policy_id AND c.expires_at > now()
 $fn$;
 
 -- The oldest instant still inside a policy's window: replays from before it may find rows gone.
@@ -1570,6 +1565,13 @@ CREATE OR REPLACE FUNCTION retention._hold_count(relation oid) RETURNS bigint
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT count(*) FROM retention.hold_records h
          WHERE h.relation::oid IN (SELECT retention._tree_of(_hold_count.relation)) $fn$;
+
+-- The first and last keys of the live (claimed) batches of a table, for a claim's statement
+-- that runs as the policy's owner: it casts them to the key's types as that role.
+CREATE OR REPLACE FUNCTION retention._live_batches(relation oid) RETURNS TABLE (first_key text[], last_key text[])
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT b.first_key, b.last_key FROM retention.batches b
+         WHERE b.relation = _live_batches.relation AND b.state = 'claimed' AND b.first_key IS NOT NULL $fn$;
 
 -- The archive protocol. Each wrapper pins the settings that shape text output, so a batch's
 -- rows render to the same bytes in batch_frames and complete_batch whatever the session says.
@@ -2076,7 +2078,7 @@ GRANT SELECT ON retention.stats TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._fixpoint_guard(), retention._fixpoint_eligible(bigint, oid, anyelement) TO PUBLIC;
 -- What the statements that run as a policy's owner call (see pg_retention/src/author.rs).
 GRANT EXECUTE ON FUNCTION retention._hold_count(oid), retention._hold_matches(bigint, anyelement),
-    retention._consumer_pins(bigint), retention._consumer_floor(bigint, anyelement),
+    retention._consumer_pins(bigint), retention._consumer_positions(bigint), retention._live_batches(oid),
     retention._batch_quota(bigint, bigint, tid), retention._batch_bound(bigint, text)
     TO retention_admin;
 -- An erasure's delete runs as its caller and counts the erased rows each active hold matches

@@ -522,3 +522,59 @@ fn a_slow_policy_does_not_stall_the_worker() {
     );
     assert_eq!(running, 1, "the worker is still there");
 }
+
+/// Class 3: values of a governed table's own types (here a domain whose CHECK is the probe) are
+/// made only as the policy's owner: a consumer's positions, the floor the deletes compare with,
+/// and the key ranges a claim steps around, whoever runs the run, preview, metrics or claim.
+#[test]
+fn casts_to_a_tables_types_run_as_the_policy_owner() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    let mut a = attacker(&c);
+    db.batch_execute(
+        "CREATE ROLE archiver LOGIN IN ROLE retention_archiver;
+         GRANT retention_consumer TO attacker;",
+    )
+    .unwrap();
+    a.batch_execute(
+        "CREATE DOMAIN m.dpos AS bigint CHECK (m.gate(VALUE));
+         CREATE TABLE m.s (seq m.dpos PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO m.s SELECT g, now() - interval '90 days' FROM generate_series(1, 20) g;
+         SELECT retention.add_policy(name => 's', relation => 'm.s', kind => 'age',
+                age_column => 'created_at', older_than => '30 days', order_by => 'seq');
+         SELECT retention.report_position('s', 'c', retention.register_consumer('s', 'c', '1 hour'), '5');
+         CREATE TABLE m.k (id m.dpos PRIMARY KEY, state text, closed_at timestamptz);
+         INSERT INTO m.k SELECT g, 'closed', now() - interval '90 days' FROM generate_series(1, 20) g;
+         SELECT retention.add_policy(name => 'k', relation => 'm.k', kind => 'age',
+                age_column => 'closed_at', older_than => '30 days', terminal => $$state = 'closed'$$,
+                action => 'archive_then_delete');",
+    )
+    .unwrap();
+    db.batch_execute(
+        "SELECT * FROM retention.preview();
+         SELECT * FROM retention.metrics();
+         SELECT * FROM retention.health();",
+    )
+    .unwrap();
+    db.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        scalar(&mut db, "SELECT min(seq)::bigint FROM m.s"),
+        5,
+        "the consumer's floor held"
+    );
+    let mut arch = c.connect_as("postgres", "archiver");
+    for owner in ["arch-1", "arch-2"] {
+        arch.batch_execute(&format!(
+            "SELECT retention.claim_batch('k', 5, '10 minutes', '{owner}')"
+        ))
+        .unwrap();
+    }
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.batches WHERE state = 'claimed'"
+        ),
+        2
+    );
+    assert_nothing_gained(&c);
+}

@@ -10,7 +10,7 @@ use crate::catalog::consumer::Registration;
 use crate::catalog::{caller, caller_oid, Action, LedgerEntry, LedgerMethod, Policy, RelationInfo};
 use crate::engine::eligible::condition;
 use crate::engine::validate::interval_sign;
-use crate::error::{outcome, present, ReportRefusal, Result, RetentionError};
+use crate::error::{outcome, present, required, ReportRefusal, Result, RetentionError};
 use crate::sql_text::ident;
 use pgrx::prelude::*;
 use serde::Serialize;
@@ -82,25 +82,30 @@ impl Stream {
     /// `position` in the order column's canonical text form (22P02 and kin when it is not a
     /// value of that type).
     fn canonical(&self, position: &str) -> Result<String> {
-        present(
-            Spi::get_one_with_args::<String>(
-                &format!("SELECT $1::{}::text", self.order_type),
-                &[position.into()],
-            )?,
-            "a position cast",
-        )
+        // Casts run as the policy's owner: the column's type may be a domain, whose CHECK is code.
+        crate::author::run_as(self.policy.owner, || {
+            present(
+                Spi::get_one_with_args::<String>(
+                    &format!("SELECT $1::{}::text", self.order_type),
+                    &[position.into()],
+                )?,
+                "a position cast",
+            )
+        })
     }
 
     /// How `a` compares with `b`, both positions in canonical text.
     fn compare(&self, a: &str, b: &str) -> Result<Ordering> {
         let t = &self.order_type;
-        let sign = present(
-            Spi::get_one_with_args::<i32>(
-                &format!("SELECT CASE WHEN $1::{t} > $2::{t} THEN 1 WHEN $1::{t} < $2::{t} THEN -1 ELSE 0 END"),
-                &[a.into(), b.into()],
-            )?,
-            "a position comparison",
-        )?;
+        let sign = crate::author::run_as(self.policy.owner, || {
+            present(
+                Spi::get_one_with_args::<i32>(
+                    &format!("SELECT CASE WHEN $1::{t} > $2::{t} THEN 1 WHEN $1::{t} < $2::{t} THEN -1 ELSE 0 END"),
+                    &[a.into(), b.into()],
+                )?,
+                "a position comparison",
+            )
+        })?;
         Ok(sign.cmp(&0))
     }
 
@@ -156,13 +161,18 @@ fn register(policy: &str, consumer: &str, lease: &str, reporter: Option<u32>) ->
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _register_consumer(
-    policy: &str,
-    consumer: &str,
-    lease: &str,
+    policy: Option<&str>,
+    consumer: Option<&str>,
+    lease: Option<&str>,
     reporter: Option<pg_sys::Oid>,
 ) -> pgrx::JsonB {
     outcome(crate::identity::entry(|| {
-        register(policy, consumer, lease, reporter.map(|r| r.to_u32()))
+        register(
+            required(policy, "policy")?,
+            required(consumer, "consumer")?,
+            required(lease, "lease")?,
+            reporter.map(|r| r.to_u32()),
+        )
     }))
 }
 

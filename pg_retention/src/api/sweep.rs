@@ -9,7 +9,7 @@
 use crate::catalog::prepared;
 use crate::engine::pacing;
 use crate::engine::sweep::{self, runs, SweepState};
-use crate::error::{OrReport, Result, RetentionError};
+use crate::error::{required, OrReport, Result, RetentionError};
 use crate::subxact;
 use pgrx::prelude::*;
 use serde_json::json;
@@ -112,12 +112,20 @@ fn begin(
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _run_begin(
-    policy_id: i64,
-    actor: &str,
+    policy_id: Option<i64>,
+    actor: Option<&str>,
     cycle_remaining: Option<i64>,
-    contained: bool,
+    contained: Option<bool>,
 ) -> Option<pgrx::JsonB> {
-    crate::identity::entry(|| begin(policy_id, actor, cycle_remaining, contained)).or_report()
+    crate::identity::entry(|| {
+        begin(
+            required(policy_id, "policy_id")?,
+            required(actor, "actor")?,
+            cycle_remaining,
+            required(contained, "contained")?,
+        )
+    })
+    .or_report()
 }
 
 /// Runs one step of a run; an error in it is caught (its writes rolled back), ledgered, and

@@ -290,7 +290,7 @@ fn claim_in_gaps(
     max_rows: i32,
     after: Option<&[Option<String>]>,
 ) -> Result<Option<(Rendered, Extremes, bool)>> {
-    let live = Batch::live_ranges(rel, after)?;
+    let live = Batch::live_ranges(rel, after, policy.owner)?;
     let mut from: Option<Texts> = after.map(<[_]>::to_vec);
     for i in 0..=live.len() {
         let until = live.get(i).map(|(first, _)| first.as_slice());

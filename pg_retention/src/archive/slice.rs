@@ -46,6 +46,15 @@ fn claimed_rows(id: &str) -> Result<Rendered> {
 /// anyway (rendering a batch is the expensive part of archiving).
 pub fn manifest(id: &str, digest: bool) -> Result<Manifest> {
     let b = Batch::load(id, false)?;
+    if digest && b.state != BatchState::Claimed {
+        // Its key set went with its prune or release: there are no rows to digest any more.
+        return Err(RetentionError::BatchState {
+            batch: b.id,
+            state: b.state.to_string(),
+            message: "only a claimed batch has rows to digest (digest => false gives its manifest)"
+                .into(),
+        });
+    }
     let (policy, rel) = batch_policy(&b)?;
     let (blake3, rows, bytes) = if digest {
         current_rows(&b, &policy, &rel)?.summary()

@@ -276,23 +276,27 @@ impl Batch {
     }
 
     /// First and last key of every live batch of the table (any policy) that ends after
-    /// `after`, in key order: nobody else claims a row inside them while the batch lives.
+    /// `after`, in key order: nobody else claims a row inside them while the batch lives. The
+    /// keys are cast to the key's column types (a domain runs its CHECK there) as `owner`, the
+    /// policy's owner, who reads the batches through `retention._live_batches`.
     pub fn live_ranges(
         rel: &RelationInfo,
         after: Option<&[Option<String>]>,
+        owner: u32,
     ) -> Result<Vec<KeyRange>> {
         // Ordered by first key: the ranges are disjoint (a claim never spans a live batch).
         let sql = format!(
             "SELECT coalesce(jsonb_agg(jsonb_build_array(b.first_key, b.last_key) ORDER BY {first}), '[]')
-               FROM retention.batches b
-              WHERE b.relation = $1::bigint::oid AND b.state = 'claimed' AND b.first_key IS NOT NULL
-                AND ($2::text[] IS NULL OR {ends_after})",
+               FROM retention._live_batches($1::bigint::oid) b
+              WHERE $2::text[] IS NULL OR {ends_after}",
             first = rel.key_row("b.first_key")?,
             ends_after = rel.key_row_compare("b.last_key", ">", "$2::text[]")?,
         );
         let after: Option<Texts> = after.map(<[_]>::to_vec);
-        query_json::<Vec<KeyRange>>(&sql, &[i64::from(rel.oid).into(), after.into()])?
-            .ok_or_else(|| returned_nothing("live ranges"))
+        crate::author::run_as(owner, || {
+            query_json::<Vec<KeyRange>>(&sql, &[i64::from(rel.oid).into(), after.into()])?
+                .ok_or_else(|| returned_nothing("live ranges"))
+        })
     }
 
     /// Extends the lease of batch `id`; returns the new end of the lease.

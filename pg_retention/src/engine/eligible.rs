@@ -476,7 +476,7 @@ impl<'a> Eligibility<'a> {
         let id = self.policy.id;
         Some(format!(
             "CASE (SELECT retention._consumer_pins({id})) WHEN 'none' THEN true
-                  WHEN 'floor' THEN coalesce({alias}.{order} < (SELECT retention._consumer_floor({id}, NULL::{order_type})), false)
+                  WHEN 'floor' THEN coalesce({alias}.{order} < (SELECT min(p::{order_type}) FROM retention._consumer_positions({id}) p), false)
                   ELSE false END"
         ))
     }
