@@ -660,7 +660,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_complete_batch_wrapper';
 
--- pg_retention/src/api/consumer.rs:315
+-- pg_retention/src/api/consumer.rs:320
 -- pg_retention::api::consumer::_consumer_status
 CREATE OR REPLACE FUNCTION "_consumer_status"(
 	"policy" TEXT, /* & str */
@@ -777,7 +777,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_overdue_wrapper';
 
--- pg_retention/src/api/sweep.rs:247
+-- pg_retention/src/api/sweep.rs:255
 -- pg_retention::api::sweep::_pace
 CREATE OR REPLACE FUNCTION "_pace"(
 	"wal_bytes" bigint /* i64 */
@@ -834,9 +834,9 @@ AS 'MODULE_PATHNAME', '_preloaded_wrapper';
 -- pg_retention/src/api/consumer.rs:161
 -- pg_retention::api::consumer::_register_consumer
 CREATE OR REPLACE FUNCTION "_register_consumer"(
-	"policy" TEXT, /* & str */
-	"consumer" TEXT, /* & str */
-	"lease" TEXT, /* & str */
+	"policy" TEXT, /* Option < & str > */
+	"consumer" TEXT, /* Option < & str > */
+	"lease" TEXT, /* Option < & str > */
 	"reporter" oid /* Option < pg_sys :: Oid > */
 ) RETURNS jsonb /* pgrx :: JsonB */
 SET search_path TO pg_catalog, pg_temp
@@ -854,7 +854,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_release_batch_wrapper';
 
--- pg_retention/src/api/consumer.rs:244
+-- pg_retention/src/api/consumer.rs:249
 -- pg_retention::api::consumer::_report_position
 CREATE OR REPLACE FUNCTION "_report_position"(
 	"policy" TEXT, /* & str */
@@ -870,16 +870,16 @@ AS 'MODULE_PATHNAME', '_report_position_wrapper';
 -- pg_retention/src/api/sweep.rs:112
 -- pg_retention::api::sweep::_run_begin
 CREATE OR REPLACE FUNCTION "_run_begin"(
-	"policy_id" bigint, /* i64 */
-	"actor" TEXT, /* & str */
+	"policy_id" bigint, /* Option < i64 > */
+	"actor" TEXT, /* Option < & str > */
 	"cycle_remaining" bigint, /* Option < i64 > */
-	"contained" bool /* bool */
+	"contained" bool /* Option < bool > */
 ) RETURNS jsonb /* Option < pgrx :: JsonB > */
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_begin_wrapper';
 
--- pg_retention/src/api/sweep.rs:235
+-- pg_retention/src/api/sweep.rs:243
 -- pg_retention::api::sweep::_run_end
 CREATE OR REPLACE FUNCTION "_run_end"(
 	"state" jsonb, /* pgrx :: JsonB */
@@ -890,7 +890,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_end_wrapper';
 
--- pg_retention/src/api/sweep.rs:193
+-- pg_retention/src/api/sweep.rs:201
 -- pg_retention::api::sweep::_run_pace
 CREATE OR REPLACE FUNCTION "_run_pace"(
 	"state" jsonb /* pgrx :: JsonB */
@@ -971,7 +971,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_supersession_unaffected_wrapper';
 
--- pg_retention/src/api/sweep.rs:150
+-- pg_retention/src/api/sweep.rs:158
 -- pg_retention::api::sweep::_sweep_step_safe
 CREATE OR REPLACE FUNCTION "_sweep_step_safe"(
 	"state" jsonb /* pgrx :: JsonB */
@@ -990,7 +990,7 @@ STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_tree_of_wrapper';
 
--- pg_retention/src/api/consumer.rs:267
+-- pg_retention/src/api/consumer.rs:272
 -- pg_retention::api::consumer::_unregister_consumer
 CREATE OR REPLACE FUNCTION "_unregister_consumer"(
 	"policy" TEXT, /* & str */
