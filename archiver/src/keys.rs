@@ -164,13 +164,13 @@ pub(crate) const WEIRD_RELATION: &str = "public.\"we\"\"ird\ttab\nname%2F/x\"";
 mod tests {
     use super::*;
 
-    #[test]
-    fn keys_are_minted_under_the_batch() {
-        let m = Manifest {
+    /// An empty manifest of batch `b1` of `relation` under `policy`, made at `created_at`.
+    fn manifest(relation: &str, policy: &str, created_at: &str) -> Manifest {
+        Manifest {
             format: 1,
             database: "app".into(),
-            relation: "public.audit".into(),
-            policy: "audit".into(),
+            relation: relation.into(),
+            policy: policy.into(),
             policy_version: 1,
             batch: "b1".into(),
             columns: vec![],
@@ -180,9 +180,14 @@ mod tests {
             blake3: String::new(),
             age_min: None,
             age_max: None,
-            created_at: "2026-11-30T02:48:08.653101Z".into(),
+            created_at: created_at.into(),
             supersedes: None,
-        };
+        }
+    }
+
+    #[test]
+    fn keys_are_minted_under_the_batch() {
+        let m = manifest("public.audit", "audit", "2026-11-30T02:48:08.653101Z");
         assert_eq!(slice_key(&m), "app/public.audit/2026/11/30/b1.slice");
         assert_eq!(
             manifest_key(&m),
@@ -222,23 +227,7 @@ mod tests {
 
     #[test]
     fn keys_are_minted_without_empty_segments() {
-        let mut m = Manifest {
-            format: 1,
-            database: "app".into(),
-            relation: "public.\"a//b/\"".into(),
-            policy: "p".into(),
-            policy_version: 1,
-            batch: "b1".into(),
-            columns: vec![],
-            key_columns: vec![],
-            rows: 0,
-            bytes: 0,
-            blake3: String::new(),
-            age_min: None,
-            age_max: None,
-            created_at: "2026-11-30T00:00:00Z".into(),
-            supersedes: None,
-        };
+        let mut m = manifest("public.\"a//b/\"", "p", "2026-11-30T00:00:00Z");
         let key = slice_key(&m);
         assert_eq!(key, "app/public.\"a/b/\"/2026/11/30/b1.slice");
         assert_eq!(key_of("", &path_of("", &key)), Some(key));

@@ -581,13 +581,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let listed: Vec<String> = s
-            .objects()
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|(k, ..)| k)
-            .collect();
+        let listed = keys_of(&s).await;
         assert_eq!(listed, vec!["a/b1.slice".to_string()]);
     }
 
@@ -620,6 +614,16 @@ mod tests {
             e.contains("AWS_ALLOW_HTTP") && !e.contains("hunter2"),
             "{e}"
         );
+    }
+
+    /// The keys a listing of `s` gives back.
+    async fn keys_of(s: &Store) -> Vec<String> {
+        s.objects()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|(k, ..)| k)
+            .collect()
     }
 
     fn memory() -> Store {
