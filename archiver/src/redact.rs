@@ -80,9 +80,10 @@ pub fn redact(text: &str) -> String {
         }
         let value = value_from.trim_start();
         let lead = &word[..word.len() - value.len()];
-        let value_len = value_span(value);
+        let secret = is_secret_key(key);
+        let value_len = value_span(value, secret);
         out.push_str(&redact_urls(lead));
-        if value_len > 0 && is_secret_key(key) {
+        if value_len > 0 && secret {
             out.push_str(MASK);
         } else {
             out.push_str(&redact_urls(&value[..value_len]));
@@ -92,10 +93,24 @@ pub fn redact(text: &str) -> String {
 }
 
 /// The length of the value at the start of `s`: up to the closing quote of a single- or
-/// double-quoted one (backslash escapes; to the end when unterminated), else up to whitespace.
-fn value_span(s: &str) -> usize {
+/// double-quoted one (backslash escapes; to the end when unterminated), else up to whitespace;
+/// for a `secret` one, whitespace that no backslash escapes (libpq and tokio-postgres read an
+/// unquoted `password=a\ b` as `a b`). Other values keep ending at any whitespace, so a
+/// secret after one whose last character is a backslash is still masked on its own.
+fn value_span(s: &str, secret: bool) -> usize {
     let Some(quote) = s.chars().next().filter(|c| *c == '\'' || *c == '"') else {
-        return s.find(char::is_whitespace).unwrap_or(s.len());
+        if !secret {
+            return s.find(char::is_whitespace).unwrap_or(s.len());
+        }
+        let mut chars = s.char_indices();
+        while let Some((i, c)) = chars.next() {
+            if c == '\\' {
+                chars.next();
+            } else if c.is_whitespace() {
+                return i;
+            }
+        }
+        return s.len();
     };
     let mut chars = s.char_indices().skip(1);
     while let Some((i, c)) = chars.next() {
@@ -288,6 +303,19 @@ mod tests {
             r#"password="se cret" host=h"#,
             "password=*** host=h",
             &["se", "cret"],
+        );
+        // An unquoted value goes on past a backslash-escaped space (libpq's and
+        // tokio-postgres's reading: the password is `a b`).
+        hides(
+            r"password=a\ b host=h",
+            "password=*** host=h",
+            &["b host", "a\\"],
+        );
+        hides(r"password=a\\ host=h", "password=*** host=h", &[r"a\\"]);
+        hides(
+            r"sslrootcert=C:\certs\ password=x host=h",
+            r"sslrootcert=C:\certs\ password=*** host=h",
+            &["=x"],
         );
         // libpq needs the `=`; a password given without it is still hidden.
         hides("host=h password secret", "host=h password ***", &["secret"]);

@@ -69,6 +69,21 @@ fn refuse_plain_http(endpoint: Option<String>, allow_http: Option<String>) -> Re
     }
 }
 
+/// Refuses an S3 endpoint (ours or `AWS_ENDPOINT`) with credentials in its user part: the
+/// HTTP client logs the endpoint as it is, and credentials have their own settings.
+fn refuse_endpoint_credentials(endpoint: Option<&str>) -> Result<()> {
+    let has_user = endpoint
+        .and_then(|e| url::Url::parse(e).ok())
+        .is_some_and(|u| !u.username().is_empty() || u.password().is_some());
+    if has_user {
+        return Err(Error::Config(format!(
+            "the S3 endpoint {} carries credentials: give them as AWS_ACCESS_KEY_ID and              AWS_SECRET_ACCESS_KEY (or the config file's s3 credentials) instead",
+            redact(endpoint.unwrap_or_default())
+        )));
+    }
+    Ok(())
+}
+
 /// The retry budget of every request: both bounds are the operator's (the object store's own
 /// defaults, 10 retries over 3 minutes, would hold a failing batch for minutes).
 fn retry_config(settings: &Settings) -> RetryConfig {
@@ -149,8 +164,10 @@ impl Store {
                 if let Some((key, secret)) = &settings.s3_credentials {
                     b = b.with_access_key_id(key).with_secret_access_key(secret);
                 }
+                let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
+                refuse_endpoint_credentials(endpoint.as_deref())?;
                 refuse_plain_http(
-                    b.get_config_value(&AmazonS3ConfigKey::Endpoint),
+                    endpoint,
                     b.get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp)),
                 )?;
                 (Arc::new(b.build()?), prefix)
@@ -624,6 +641,15 @@ mod tests {
             .into_iter()
             .map(|(k, ..)| k)
             .collect()
+    }
+
+    #[test]
+    fn an_endpoint_with_credentials_is_refused_without_showing_them() {
+        let e = refuse_endpoint_credentials(Some("http://AKIA:sekret@127.0.0.1:9")).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(!e.to_string().contains("sekret"), "{e}");
+        assert!(refuse_endpoint_credentials(Some("http://127.0.0.1:9")).is_ok());
+        assert!(refuse_endpoint_credentials(None).is_ok());
     }
 
     fn memory() -> Store {

@@ -192,8 +192,16 @@ fn split_key_value(conninfo: &str) -> Result<(String, Vec<(String, String)>)> {
                 }
             }
         } else {
+            // As libpq reads it: a backslash takes the next character as it is (`a\ b` is
+            // `a b`).
             while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
-                value.push(c);
+                if c == '\\' {
+                    if let Some(next) = chars.next() {
+                        value.push(next);
+                    }
+                } else {
+                    value.push(c);
+                }
             }
         }
         if TLS_KEYS.contains(&key.as_str()) {
@@ -381,6 +389,14 @@ mod tests {
         assert_eq!(tls.roots, Some(Roots::File("/etc/ca dir/ca.pem".into())));
         let parsed: tokio_postgres::Config = rest.parse().unwrap();
         assert_eq!(parsed.get_password(), Some(&b"it's"[..]));
+    }
+
+    #[test]
+    fn an_unquoted_value_reads_backslash_escapes_as_libpq_does() {
+        let (rest, _) = split(r"host=h password=a\ b\\c user=u").unwrap();
+        let parsed: tokio_postgres::Config = rest.parse().unwrap();
+        assert_eq!(parsed.get_password(), Some(&br"a b\c"[..]));
+        assert_eq!(parsed.get_user(), Some("u"));
     }
 
     #[test]

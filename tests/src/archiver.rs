@@ -60,6 +60,13 @@ impl Archiver {
             .with_env("AWS_SECRET_ACCESS_KEY", crate::seaweed::SECRET_KEY)
     }
 
+    /// The same archiver (store, environment, owner) connected with `database_url` instead:
+    /// another role, for a command that needs other privileges (`restore` creates a table).
+    pub fn with_database_url(mut self, database_url: &str) -> Archiver {
+        self.database_url = database_url.into();
+        self
+    }
+
     /// Adds an environment variable.
     pub fn with_env(mut self, k: &str, v: &str) -> Archiver {
         self.env.push((k.into(), v.into()));

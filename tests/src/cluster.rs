@@ -96,6 +96,52 @@ impl Cluster {
         )
     }
 
+    /// Connection string for a database of this cluster as `role` (TCP on loopback; trusted).
+    pub fn url_as(&self, db: &str, role: &str) -> String {
+        format!("host=127.0.0.1 port={} user={role} dbname={db}", self.port)
+    }
+
+    /// Connection string for `db` as `archiver`: a LOGIN role that is a member of
+    /// `retention_archiver` and of nothing else, not a superuser — the role the archiver runs
+    /// as in production (docs/archiver.md: it needs no privileges on the governed tables). The
+    /// role is made on first use, once per cluster; later calls reuse it.
+    pub fn archiver_url(&self, db: &str) -> String {
+        self.login_role("archiver", "retention_archiver");
+        self.url_as(db, "archiver")
+    }
+
+    /// Connection string for `db` as `restorer`: the least an operator needs for the archiver's
+    /// `restore` into schema `public` — a LOGIN member of `retention_archiver` (restore asks the
+    /// archive index whether a key was superseded and which column types the archived table
+    /// records) with `CREATE` on schema `public` of `db` (restore creates the table), not a
+    /// superuser. Made on first use; idempotent.
+    pub fn restorer_url(&self, db: &str) -> String {
+        self.login_role("restorer", "retention_archiver");
+        self.socket_client(db)
+            .batch_execute("GRANT CREATE ON SCHEMA public TO restorer")
+            .unwrap_or_else(|e| panic!("grant restorer CREATE on {db}.public: {e}"));
+        self.url_as(db, "restorer")
+    }
+
+    /// Makes `role` (LOGIN, a member of `member_of` only) unless it exists. Over the private
+    /// socket, so it works on a cluster whose TCP needs TLS too.
+    fn login_role(&self, role: &str, member_of: &str) {
+        self.socket_client("postgres")
+            .batch_execute(&format!(
+                "DO $$ BEGIN
+                     CREATE ROLE {role} LOGIN IN ROLE {member_of};
+                 EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+                 END $$"
+            ))
+            .unwrap_or_else(|e| panic!("create role {role}: {e}"));
+    }
+
+    /// A superuser connection to `db` over the private socket.
+    fn socket_client(&self, db: &str) -> postgres::Client {
+        postgres::Client::connect(&self.socket_url(db), postgres::NoTls)
+            .unwrap_or_else(|e| panic!("connect to {db} over the socket: {e}"))
+    }
+
     /// Connection string over the cluster's private Unix socket (no TLS, whatever pg_hba.conf
     /// says about TCP).
     pub fn socket_url(&self, db: &str) -> String {
@@ -104,6 +150,12 @@ impl Cluster {
             self.dir.display(),
             self.port
         )
+    }
+
+    /// Replaces pg_ident.conf with `text` (apply with [`Cluster::reload`]).
+    pub fn replace_ident(&self, text: &str) {
+        std::fs::write(self.dir.join("data").join("pg_ident.conf"), text)
+            .expect("write pg_ident.conf");
     }
 
     /// Replaces pg_hba.conf with `text` and reloads.

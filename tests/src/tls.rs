@@ -48,8 +48,10 @@ impl Drop for Certs {
 }
 
 /// A cluster with `ssl = on` whose `pg_hba.conf` accepts TCP only over TLS with a client
-/// certificate the CA signed for the user (`cert clientcert=verify-full`); its own Unix socket
-/// stays open for the test's setup and checks. The extension is created.
+/// certificate the CA signed (`cert clientcert=verify-full`); the client certificate (CN
+/// `postgres`) maps (`pg_ident.conf`) to the users `postgres` and `archiver` (the role
+/// [`Cluster::archiver_url`] makes). Its own Unix socket stays open for the test's setup and
+/// checks. The extension is created.
 pub fn tls_only_cluster(certs: &Certs) -> Cluster {
     let ssl = [
         "ssl = on".to_owned(),
@@ -59,10 +61,11 @@ pub fn tls_only_cluster(certs: &Certs) -> Cluster {
     ];
     let ssl: Vec<&str> = ssl.iter().map(String::as_str).collect();
     let c = Cluster::start(&ssl);
+    c.replace_ident("client postgres postgres\nclient postgres archiver\n");
     c.replace_hba(
         "local all all trust\n\
-         hostssl all all 127.0.0.1/32 cert clientcert=verify-full\n\
-         hostssl all all ::1/128 cert clientcert=verify-full\n",
+         hostssl all all 127.0.0.1/32 cert clientcert=verify-full map=client\n\
+         hostssl all all ::1/128 cert clientcert=verify-full map=client\n",
     );
     c
 }

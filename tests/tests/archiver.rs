@@ -1,6 +1,12 @@
 //! The archiver binary end to end against a real cluster, on the file:// store and on a real
 //! S3-compatible server, plus the fault suite: after every fault, no row is deleted without a
 //! verified archive and no row is lost.
+//!
+//! The archiver connects as production runs it: as `archiver`, a LOGIN role that is only a
+//! member of `retention_archiver` ([`Cluster::archiver_url`]), for `once`, `run`, `ls`, `verify`
+//! and every other command but `restore`, which creates a table and so runs as `restorer`
+//! ([`Cluster::restorer_url`]: a member of `retention_archiver` with CREATE on schema `public`,
+//! not a superuser). The test's own setup and checks use the superuser.
 
 use pg_retention_integration::archiver::{terminate, text, Archiver};
 use pg_retention_integration::seaweed::{ACCESS_KEY, SECRET_KEY};
@@ -72,7 +78,8 @@ fn file_store() -> (PathBuf, String) {
     (dir, url)
 }
 
-/// archive → verify → restore every slice and compare with what was pruned.
+/// archive → verify → restore every slice and compare with what was pruned. `a` archives and
+/// verifies as the archiver role; restores run as the restorer (they create tables).
 fn round_trip(c: &Cluster, a: &Archiver) {
     let mut db = c.connect("postgres");
     mixed_audit(&mut db, 3000);
@@ -100,7 +107,8 @@ fn round_trip(c: &Cluster, a: &Archiver) {
         keys.len() as i64,
         scalar(&mut db, "SELECT count(*) FROM retention.archives")
     );
-    let restored = a.restore_all();
+    let restorer = a.clone().with_database_url(&c.restorer_url("postgres"));
+    let restored = restorer.restore_all();
     assert_eq!(
         scalar(&mut db, &format!("SELECT count(*) FROM ({restored}) r")),
         want
@@ -120,7 +128,7 @@ fn round_trip(c: &Cluster, a: &Archiver) {
         0
     );
     // A second restore into a table that has rows is refused.
-    let o = a.run(&["restore", &keys[0], "--into", "public.restored_0"]);
+    let o = restorer.run(&["restore", &keys[0], "--into", "public.restored_0"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("already has"), "{}", text(&o));
 }
@@ -129,7 +137,7 @@ fn round_trip(c: &Cluster, a: &Archiver) {
 fn archive_then_prune_restore_and_verify_on_the_file_store() {
     let c = Cluster::start(&[]);
     let (dir, url) = file_store();
-    let a = Archiver::new(&c.url("postgres"), &url);
+    let a = Archiver::new(&c.archiver_url("postgres"), &url);
     round_trip(&c, &a);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -138,7 +146,7 @@ fn archive_then_prune_restore_and_verify_on_the_file_store() {
 fn archive_then_prune_restore_and_verify_on_s3() {
     let c = Cluster::start(&[]);
     let s3 = Seaweed::start("archive");
-    let a = Archiver::on_s3(&c.url("postgres"), &s3.endpoint());
+    let a = Archiver::on_s3(&c.archiver_url("postgres"), &s3.endpoint());
     round_trip(&c, &a);
 }
 
@@ -151,7 +159,7 @@ fn overlapping_batches_archive_every_row_once() {
     mixed_audit(&mut db, 1200);
     let want = eligible(&mut db);
     let (dir, url) = file_store();
-    let a = Archiver::new(&c.url("postgres"), &url);
+    let a = Archiver::new(&c.archiver_url("postgres"), &url);
     let o = a.run(&["once", "--batch-rows", "60", "--max-batches", "2"]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
@@ -200,7 +208,7 @@ fn three_archivers_at_once_archive_every_row_once_even_when_one_dies_mid_batch()
     mixed_audit(&mut db, 6000);
     let want = eligible(&mut db);
     let (dir, url) = file_store();
-    let base = Archiver::new(&c.url("postgres"), &url)
+    let base = Archiver::new(&c.archiver_url("postgres"), &url)
         .with_env("PG_RETENTION_LEASE", "3s")
         .with_env("PG_RETENTION_METRICS_ADDR", "127.0.0.1:0");
     let archiver = |owner: &str| Archiver {
@@ -276,7 +284,11 @@ fn three_archivers_at_once_archive_every_row_once_even_when_one_dies_mid_batch()
     );
     let o = base.run(&["verify", "--all"]);
     assert!(o.status.success(), "{}", text(&o));
-    let restored = base.restore_all();
+    // Restores create tables: the restorer, not the archiver role.
+    let restored = base
+        .clone()
+        .with_database_url(&c.restorer_url("postgres"))
+        .restore_all();
     for diff in [
         format!("SELECT * FROM expected EXCEPT ALL ({restored})"),
         format!("({restored}) EXCEPT ALL SELECT * FROM expected"),
@@ -309,7 +321,7 @@ fn a_short_batch_means_caught_up() {
     )
     .unwrap();
     let (dir, url) = file_store();
-    let a = Archiver::new(&c.url("postgres"), &url);
+    let a = Archiver::new(&c.archiver_url("postgres"), &url);
     let o = a.run(&["once", "--batch-rows", "1000"]);
     assert!(o.status.success(), "{}", text(&o));
     let claims = || "SELECT count(*) FROM retention.ledger WHERE method = 'claim'";
@@ -359,7 +371,7 @@ fn a_refused_prune_mid_pipeline_still_prunes_the_verified_next_batch() {
         &format!("SELECT min(id) FROM audit WHERE {ELIGIBLE}"),
     );
     let (dir, url) = file_store();
-    let a = Archiver::new(&c.url("postgres"), &url)
+    let a = Archiver::new(&c.archiver_url("postgres"), &url)
         .with_env("PG_RETENTION_ARCHIVER_FAULT", "pause-before-complete");
     let child = a.spawn(&["once", "--batch-rows", "60"]);
     // The first batch's prune waits 3 s; meanwhile the second batch is written and the third
@@ -425,7 +437,7 @@ fn metrics_and_health_are_served_and_sigterm_stops_cleanly() {
     mixed_audit(&mut db, 500);
     let (dir, url) = file_store();
     // Port 0: the archiver binds a free port and logs it, so no other test can take it first.
-    let a = Archiver::new(&c.url("postgres"), &url)
+    let a = Archiver::new(&c.archiver_url("postgres"), &url)
         .with_env("PG_RETENTION_METRICS_ADDR", "127.0.0.1:0");
     let mut child = a.spawn(&["run", "--log-format", "json"]);
     let stderr = child.stderr.take().unwrap();
@@ -541,7 +553,7 @@ fn killed_at(point: &str) {
     let before = total(&mut db);
     let want = eligible(&mut db);
     let (dir, url) = file_store();
-    let a = Archiver::new(&c.url("postgres"), &url);
+    let a = Archiver::new(&c.archiver_url("postgres"), &url);
     let o = a
         .clone()
         .with_env("PG_RETENTION_ARCHIVER_FAULT", point)
@@ -610,9 +622,11 @@ fn a_foreign_object_at_the_batch_key_fails_the_batch_and_prunes_nothing() {
     mixed_audit(&mut db, 300);
     let before = total(&mut db);
     let (dir, url) = file_store();
-    let a = Archiver::new(&c.url("postgres"), &url);
-    // Claim as the archiver's owner, then put someone else's bytes where its slice will go.
-    let batch: String = db
+    let a = Archiver::new(&c.archiver_url("postgres"), &url);
+    // Claim as the archiver's owner and role, then put someone else's bytes where its slice
+    // will go.
+    let batch: String = c
+        .connect_as("postgres", "archiver")
         .query_one(
             "SELECT retention.claim_batch('audit', 10000, '1 minute', 'test-archiver')::text",
             &[],
@@ -657,7 +671,7 @@ fn an_object_corrupted_before_read_back_is_never_pruned() {
     mixed_audit(&mut db, 300);
     let before = total(&mut db);
     let (dir, url) = file_store();
-    let a = Archiver::new(&c.url("postgres"), &url);
+    let a = Archiver::new(&c.archiver_url("postgres"), &url);
     let o = a
         .clone()
         .with_env("PG_RETENTION_ARCHIVER_FAULT", "corrupt-after-upload")
@@ -681,7 +695,7 @@ fn the_s3_server_stopped_mid_run_releases_the_batch_and_resumes_when_back() {
     let mut s3 = Seaweed::start("archive");
     let endpoint = s3.endpoint();
     let archiver = |retries: &str, budget: &str| {
-        Archiver::on_s3(&c.url("postgres"), &endpoint)
+        Archiver::on_s3(&c.archiver_url("postgres"), &endpoint)
             .with_env("PG_RETENTION_MAX_RETRIES", retries)
             .with_env("PG_RETENTION_RETRY_TIMEOUT", budget)
             .with_env("PG_RETENTION_REQUEST_TIMEOUT", "2s")
@@ -730,7 +744,7 @@ fn the_object_stores_standard_environment_is_honoured() {
     let before = total(&mut db);
     let s3 = Seaweed::start("archive");
     // object_store's own variables only: no PG_RETENTION_S3_ENDPOINT.
-    let standard = Archiver::new(&c.url("postgres"), "s3://archive/std")
+    let standard = Archiver::new(&c.archiver_url("postgres"), "s3://archive/std")
         .with_env("AWS_ENDPOINT", &s3.endpoint())
         .with_env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
         .with_env("AWS_SECRET_ACCESS_KEY", SECRET_KEY);
@@ -765,6 +779,9 @@ fn the_archiver_archives_over_tls_with_verify_full_and_refuses_a_wrong_ca() {
     mixed_audit(&mut db, 300);
     let before = total(&mut db);
     let (dir, url) = file_store();
+    // The archiver role (made here; its URL is TCP without TLS, so unused): the client
+    // certificate (CN postgres) maps to it in pg_ident.conf.
+    let _ = c.archiver_url("postgres");
     let client = format!(
         "sslcert={} sslkey={}",
         certs.path("client.crt"),
@@ -773,7 +790,7 @@ fn the_archiver_archives_over_tls_with_verify_full_and_refuses_a_wrong_ca() {
     let over = |host: &str, tls: &str| {
         Archiver::new(
             &format!(
-                "host={host} port={} user=postgres dbname=postgres {tls}",
+                "host={host} port={} user=archiver dbname=postgres {tls}",
                 c.port()
             ),
             &url,
@@ -840,7 +857,7 @@ fn a_row_updated_between_claim_and_complete_is_refused() {
     mixed_audit(&mut db, 300);
     let before = total(&mut db);
     let (dir, url) = file_store();
-    let a = Archiver::new(&c.url("postgres"), &url)
+    let a = Archiver::new(&c.archiver_url("postgres"), &url)
         .with_env("PG_RETENTION_ARCHIVER_FAULT", "pause-before-complete");
     let child = a.spawn(&["once"]);
     // Wait until the slice is written, then change a row behind the guard's back.
@@ -864,7 +881,7 @@ fn a_hold_placed_mid_batch_keeps_its_rows() {
     mixed_audit(&mut db, 300);
     let want = eligible(&mut db);
     let (dir, url) = file_store();
-    let a = Archiver::new(&c.url("postgres"), &url)
+    let a = Archiver::new(&c.archiver_url("postgres"), &url)
         .with_env("PG_RETENTION_ARCHIVER_FAULT", "pause-before-complete");
     let child = a.spawn(&["once", "--max-batches", "1"]);
     assert!(
@@ -933,12 +950,15 @@ fn help_never_shows_credentials_from_the_environment() {
 fn restore_refuses_a_manifest_whose_column_type_is_not_a_type() {
     let c = Cluster::start(&[]);
     let (dir, url) = file_store();
-    let a = Archiver::new(&c.url("postgres"), &url);
+    let a = Archiver::new(&c.archiver_url("postgres"), &url);
     let mut db = c.connect("postgres");
     mixed_audit(&mut db, 300);
     let o = a.run(&["once"]);
     assert!(o.status.success(), "{}", text(&o));
     let key = a.slice_keys().into_iter().next().expect("a slice");
+    // Restore creates a table: the restorer (a member of retention_archiver with CREATE on
+    // schema public), not a superuser.
+    let restorer = a.clone().with_database_url(&c.restorer_url("postgres"));
     let manifest_key = match key.strip_suffix(".slice") {
         Some(stem) => format!("{stem}.manifest.json"),
         None => key.clone(),
@@ -956,7 +976,7 @@ fn restore_refuses_a_manifest_whose_column_type_is_not_a_type() {
         m["columns"][0]["type"] = serde_json::Value::String(hostile.into());
         std::fs::write(&manifest_path, serde_json::to_vec(&m).unwrap()).unwrap();
         let started = std::time::Instant::now();
-        let o = a.run(&["restore", &key, "--into", "public.restored"]);
+        let o = restorer.run(&["restore", &key, "--into", "public.restored"]);
         assert!(!o.status.success(), "{hostile}: {}", text(&o));
         assert!(text(&o).contains("not a type"), "{hostile}: {}", text(&o));
         assert!(

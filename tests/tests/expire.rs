@@ -2,6 +2,12 @@
 //! refused), `prepare` (tombstone + ledger), `apply` (not before the quiescence interval; refuses
 //! a changed inventory; a partial delete retried on the remaining keys only) and `status` (from
 //! the ledger and the tombstone, in a new process).
+//!
+//! Every archiver command here (`once`, `ls`, `verify`, `expire plan / prepare / apply /
+//! status`, `sweep-orphans`) runs as production runs them: as `archiver`, a LOGIN role that is
+//! only a member of `retention_archiver` ([`Cluster::archiver_url`]; docs/archiver.md: the
+//! archiver needs no other privileges, except `restore`, which creates a table and is not used
+//! here). The test's own setup and checks use the superuser.
 
 use pg_retention_integration::archiver::{text, Archiver};
 use pg_retention_integration::{scalar, Cluster, Seaweed};
@@ -15,7 +21,10 @@ use std::process::Output;
 /// 1-100, 101-200, 201-300) to a file store, under a policy whose archives are kept one second.
 fn archived(c: &Cluster) -> (Client, Archiver, PathBuf) {
     let dir = pg_retention_integration::temp_dir("pg-retention-expire");
-    let a = Archiver::new(&c.url("postgres"), &format!("file://{}", dir.display()));
+    let a = Archiver::new(
+        &c.archiver_url("postgres"),
+        &format!("file://{}", dir.display()),
+    );
     (archived_by(c, &a), a, dir)
 }
 
@@ -345,7 +354,7 @@ fn expire_apply_refuses_a_changed_inventory_and_retries_a_partial_delete_on_the_
 fn archives_expire_on_s3() {
     let c = Cluster::start(&[]);
     let s3 = Seaweed::start("archive");
-    let a = Archiver::on_s3(&c.url("postgres"), &s3.endpoint());
+    let a = Archiver::on_s3(&c.archiver_url("postgres"), &s3.endpoint());
     let mut db = archived_by(&c, &a);
     assert_eq!(a.slice_keys().len(), 3);
     let plans = scratch();
@@ -384,7 +393,9 @@ fn sweep_orphans_reports_then_removes_only_unreferenced_old_objects() {
     // A live batch: claimed, its object written, not pruned yet.
     db.batch_execute("INSERT INTO audit VALUES (1000, 'closed', now() - interval '45 days', 'x')")
         .unwrap();
-    let live: String = db
+    // Claimed by another archiver, connected as an archiver is: the archiver role.
+    let live: String = c
+        .connect_as("postgres", "archiver")
         .query_one(
             "SELECT retention.claim_batch('audit', 10, '1 hour', 'another-archiver')::text",
             &[],
