@@ -1729,3 +1729,34 @@ fn the_orphan_kind_removes_only_dead_provisional_rows_past_the_ttl() {
         assert!(message.contains(words), "{message}");
     }
 }
+
+/// A `CALL retention.run()` cancelled mid-run (its statement timeout) leaves its pruner lock in
+/// the session, as any session lock outlives an error; the session's next run of the policy lets
+/// go of it first, so after that run no lock is left and other sessions run the policy again.
+#[test]
+fn an_interrupted_run_does_not_keep_its_lock_past_the_sessions_next_run() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE FUNCTION public.slow(int) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+         BEGIN PERFORM pg_catalog.pg_sleep(0.2); RETURN true; END $$;
+         CREATE TABLE t (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO t SELECT g, now() - interval '90 days' FROM generate_series(1, 50) g;
+         SELECT retention.add_policy(name => 't', relation => 't', kind => 'age',
+                age_column => 'created_at', older_than => '30 days', scope => 'public.slow(id)');",
+    )
+    .unwrap();
+    let mut a = c.connect("postgres");
+    a.batch_execute("SET statement_timeout = '500ms'").unwrap();
+    let (code, _) = expect_error(&mut a, "CALL retention.run('t')");
+    assert_eq!(code, "57014");
+    let held =
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()";
+    assert_eq!(scalar(&mut db, held), 1, "the interrupted run's lock");
+    db.batch_execute("SELECT retention.alter_policy(name => 't', scope => 'true')")
+        .unwrap();
+    a.batch_execute("RESET statement_timeout").unwrap();
+    a.batch_execute("CALL retention.run('t')").unwrap();
+    assert_eq!(scalar(&mut db, "SELECT count(*) FROM t"), 0);
+    assert_eq!(scalar(&mut db, held), 0, "no lock left in the session");
+}

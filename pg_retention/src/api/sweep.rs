@@ -74,6 +74,18 @@ fn begin(
             hint: "Pass current_user (the worker passes 'worker').".into(),
         });
     }
+    // A run of this policy that this session began and never ended (interrupted before its
+    // `_run_end`) still holds the pruner lock, and a session lock stacks: let go of it first,
+    // or the lock would outlive every later run of this session.
+    for stale in runs::abandoned(policy_id) {
+        if let Err(e) = sweep::let_go(&stale) {
+            warning!(
+                "pg_retention: policy {}: could not let go of the detached leaves of an interrupted run: {e}",
+                stale.policy
+            );
+        }
+        unlock(policy_id)?;
+    }
     if !try_lock(policy_id)? {
         Spi::run_with_args(
             "SELECT retention._ledger_skip_locked($1, $2)",

@@ -46,6 +46,21 @@ pub fn take(token: u64) -> Result<SweepState> {
         .ok_or_else(|| unknown(token))
 }
 
+/// Forgets the runs of policy `policy_id` this backend still keeps: runs interrupted before
+/// their `_run_end` (a cancelled `CALL retention.run()`), whose pruner lock this session still
+/// holds. Their states are returned, for the caller to let go of what they held.
+pub fn abandoned(policy_id: i64) -> Vec<SweepState> {
+    RUNS.with(|r| {
+        let mut runs = r.borrow_mut();
+        let tokens: Vec<u64> = runs
+            .iter()
+            .filter(|(_, s)| s.policy_id == policy_id)
+            .map(|(t, _)| *t)
+            .collect();
+        tokens.iter().filter_map(|t| runs.remove(t)).collect()
+    })
+}
+
 /// Ends run `token` between steps (the worker's SIGTERM, a step whose own transaction failed);
 /// `_run_end` closes it next.
 pub fn stop(token: u64, outcome: super::Outcome, reason: &str) -> Result<()> {
