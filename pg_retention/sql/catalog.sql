@@ -18,11 +18,17 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_eraser') THEN
         CREATE ROLE retention_eraser NOLOGIN;
     END IF;
+    -- The database workers may connect as a member of this role (pg_retention.role) instead of
+    -- a superuser: it may call the worker's own steps and nothing else.
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_worker') THEN
+        CREATE ROLE retention_worker NOLOGIN;
+    END IF;
 END
 $roles$;
 
 REVOKE ALL ON SCHEMA retention FROM PUBLIC;
-GRANT USAGE ON SCHEMA retention TO retention_admin, retention_archiver, retention_consumer, retention_eraser;
+GRANT USAGE ON SCHEMA retention TO retention_admin, retention_archiver, retention_consumer, retention_eraser,
+    retention_worker;
 -- Monitoring roles call retention.metrics() (granted in api.sql), and nothing else here.
 GRANT USAGE ON SCHEMA retention TO pg_monitor;
 

@@ -75,9 +75,15 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_eraser') THEN
         CREATE ROLE retention_eraser NOLOGIN;
     END IF;
+    -- The database workers may connect as a member of this role (pg_retention.role) instead of
+    -- a superuser: it may call the worker's own steps and nothing else.
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_worker') THEN
+        CREATE ROLE retention_worker NOLOGIN;
+    END IF;
 END
 $eraser$;
 GRANT USAGE ON SCHEMA retention TO retention_eraser;
+GRANT USAGE ON SCHEMA retention TO retention_worker;
 GRANT USAGE ON SCHEMA retention TO pg_monitor;
 CREATE INDEX ledger_entries_erasure_request ON retention.ledger_entries ((detail->>'request_ref'))
     WHERE method IN ('erasure', 'hold_collision', 'supersede');
@@ -777,7 +783,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_overdue_wrapper';
 
--- pg_retention/src/api/sweep.rs:255
+-- pg_retention/src/api/sweep.rs:267
 -- pg_retention::api::sweep::_pace
 CREATE OR REPLACE FUNCTION "_pace"(
 	"wal_bytes" bigint /* i64 */
@@ -867,7 +873,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_report_position_wrapper';
 
--- pg_retention/src/api/sweep.rs:112
+-- pg_retention/src/api/sweep.rs:124
 -- pg_retention::api::sweep::_run_begin
 CREATE OR REPLACE FUNCTION "_run_begin"(
 	"policy_id" bigint, /* Option < i64 > */
@@ -879,7 +885,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_begin_wrapper';
 
--- pg_retention/src/api/sweep.rs:243
+-- pg_retention/src/api/sweep.rs:255
 -- pg_retention::api::sweep::_run_end
 CREATE OR REPLACE FUNCTION "_run_end"(
 	"state" jsonb, /* pgrx :: JsonB */
@@ -890,7 +896,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_end_wrapper';
 
--- pg_retention/src/api/sweep.rs:201
+-- pg_retention/src/api/sweep.rs:213
 -- pg_retention::api::sweep::_run_pace
 CREATE OR REPLACE FUNCTION "_run_pace"(
 	"state" jsonb /* pgrx :: JsonB */
@@ -971,7 +977,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_supersession_unaffected_wrapper';
 
--- pg_retention/src/api/sweep.rs:158
+-- pg_retention/src/api/sweep.rs:170
 -- pg_retention::api::sweep::_sweep_step_safe
 CREATE OR REPLACE FUNCTION "_sweep_step_safe"(
 	"state" jsonb /* pgrx :: JsonB */
@@ -2062,6 +2068,15 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
     retention.supersession_rewritten(bigint, text, text, text, bigint, bigint, text),
     retention.supersession_done(bigint, text), retention.archive_object_state(text)
     TO retention_archiver;
+-- The database workers, when pg_retention.role names a member of retention_worker rather than
+-- a superuser: their own steps and state, nothing else (a policy still runs as its owner).
+GRANT EXECUTE ON FUNCTION retention._run_order(text), retention._lock_key(bigint),
+    retention._run_begin(bigint, text, bigint, boolean), retention._sweep_step_safe(jsonb),
+    retention._run_end(jsonb, boolean), retention._pace(bigint),
+    retention._ledger_pause(bigint, text, float8, text), retention._worker_started(bigint),
+    retention._worker_set(text, text, float8), retention._worker_pause(text, text),
+    retention._worker_wake_pending(), retention._worker_cycle_cap(bigint, text[])
+    TO retention_worker;
 -- Monitoring: retention.metrics() for pg_monitor (its members: postgres_exporter, sql_exporter),
 -- retention_admin and the archiver (its /metrics).
 GRANT EXECUTE ON FUNCTION retention.metrics() TO pg_monitor, retention_admin, retention_archiver;

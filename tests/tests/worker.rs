@@ -686,3 +686,68 @@ fn a_worker_run_whose_close_fails_lets_go_of_the_leaves_it_detached_and_the_next
         0
     );
 }
+
+/// The worker connects as a non-superuser (`pg_retention.role`, a member of `retention_worker`)
+/// and sweeps a full cycle: the policy, registered by a non-superuser admin, runs as that
+/// admin; the ledger names the worker; the role may do nothing else.
+#[test]
+fn the_worker_sweeps_a_full_cycle_as_a_non_superuser_role() {
+    let c = Cluster::start(&[
+        "pg_retention.databases = 'postgres'",
+        "pg_retention.naptime = '1h'",
+        "pg_retention.jitter = 0",
+    ]);
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE ROLE sweeper LOGIN IN ROLE retention_worker;
+         CREATE ROLE admin LOGIN IN ROLE retention_admin;
+         CREATE TABLE outbox (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL);
+         INSERT INTO outbox (created_at)
+              SELECT now() - (g::float8 / 1000) * interval '60 days' FROM generate_series(1, 1000) g;
+         GRANT SELECT, DELETE ON outbox TO admin;",
+    )
+    .unwrap();
+    c.connect_as("postgres", "admin")
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age',
+                    age_column => 'created_at', older_than => '30 days', batch_size => 50)",
+        )
+        .unwrap();
+    assert!(expired(&mut db, "outbox") > 0);
+    c.append_conf(&["pg_retention.enabled = on", "pg_retention.role = 'sweeper'"]);
+    c.reload();
+    let swept = c.wait_until(WAIT, || {
+        let mut db = c.connect("postgres");
+        expired(&mut db, "outbox") == 0
+    });
+    assert!(swept, "the worker did not sweep; log:\n{}", c.log());
+    let user: String = db
+        .query_one(
+            "SELECT usename::text FROM pg_stat_activity WHERE backend_type = 'pg_retention worker'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(user, "sweeper");
+    assert_eq!(
+        column::<String>(
+            &mut db,
+            "SELECT DISTINCT actor FROM retention.ledger WHERE method IN ('run', 'prune')"
+        ),
+        ["worker"]
+    );
+    let mut sweeper = c.connect_as("postgres", "sweeper");
+    for sql in [
+        "SELECT retention.add_policy(name => 'x', relation => 'outbox', kind => 'age',
+                age_column => 'created_at', older_than => '1 day')",
+        "SELECT count(*) FROM retention.ledger_entries",
+        "SELECT retention._ledger_append('run', 'worker', '{}', NULL)",
+    ] {
+        let err = sweeper.batch_execute(sql).unwrap_err();
+        assert_eq!(
+            pg_retention_integration::sqlstate(&err),
+            "42501",
+            "{sql}: {err}"
+        );
+    }
+}

@@ -75,9 +75,15 @@ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_eraser') THEN
         CREATE ROLE retention_eraser NOLOGIN;
     END IF;
+    -- The database workers may connect as a member of this role (pg_retention.role) instead of
+    -- a superuser: it may call the worker's own steps and nothing else.
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'retention_worker') THEN
+        CREATE ROLE retention_worker NOLOGIN;
+    END IF;
 END
 $eraser$;
 GRANT USAGE ON SCHEMA retention TO retention_eraser;
+GRANT USAGE ON SCHEMA retention TO retention_worker;
 GRANT USAGE ON SCHEMA retention TO pg_monitor;
 CREATE INDEX ledger_entries_erasure_request ON retention.ledger_entries ((detail->>'request_ref'))
     WHERE method IN ('erasure', 'hold_collision', 'supersede');
