@@ -259,3 +259,56 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// Production roles: the application and the retention administrator.
+impl Cluster {
+    /// A connection to `db` as `app`: the application's role, a LOGIN with no memberships and
+    /// no attributes, which reads and writes application rows through table privileges only
+    /// (granted with [`Cluster::grant_app_and_admin`]). Made on first use; idempotent.
+    pub fn app(&self, db: &str) -> postgres::Client {
+        self.app_role();
+        self.connect_as(db, "app")
+    }
+
+    /// Makes `app` (LOGIN, no memberships) unless it exists.
+    fn app_role(&self) {
+        self.socket_client("postgres")
+            .batch_execute(
+                "DO $$ BEGIN
+                     CREATE ROLE app LOGIN;
+                 EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+                 END $$",
+            )
+            .unwrap_or_else(|e| panic!("create role app: {e}"));
+    }
+
+    /// A connection to `db` as `admin`: a LOGIN member of `retention_admin` only, not a
+    /// superuser — who manages policies and holds, previews and runs `CALL retention.run()` in
+    /// production. Made on first use; idempotent.
+    pub fn admin(&self, db: &str) -> postgres::Client {
+        self.login_role("admin", "retention_admin");
+        self.connect_as(db, "admin")
+    }
+
+    /// Connections to `db` as `app` and as `admin` ([`Cluster::app`], [`Cluster::admin`]).
+    pub fn app_and_admin(&self, db: &str) -> (postgres::Client, postgres::Client) {
+        (self.app(db), self.admin(db))
+    }
+
+    /// Grants, on every table now in schema `public` of `db` (call again after creating more):
+    /// `app` SELECT, INSERT, UPDATE, DELETE and the use of the sequences (an application's
+    /// rights); `admin` SELECT, UPDATE and DELETE — what a policy's owner needs (docs/security.md:
+    /// SELECT and DELETE on the table and SELECT on the tables referencing it; archive policies
+    /// also UPDATE). Makes both roles if need be.
+    pub fn grant_app_and_admin(&self, db: &str) {
+        self.app_role();
+        self.login_role("admin", "retention_admin");
+        self.socket_client(db)
+            .batch_execute(
+                "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO app;
+                 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO app;
+                 GRANT SELECT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO admin;",
+            )
+            .unwrap_or_else(|e| panic!("grant app and admin on {db}.public: {e}"));
+    }
+}

@@ -1,20 +1,31 @@
 //! The policy engine against a real cluster: every kind, guards, holds, caps, preview accuracy,
 //! refusals. Runs commit per batch, so these live here rather than in #[pg_test]s.
+//!
+//! Production roles throughout: tables are made by the superuser in set-up, application rows
+//! are written by `app` (table privileges only) and every `retention.*` call is made by `admin`
+//! (a member of `retention_admin`, not a superuser), who also reads the results
+//! (`Cluster::app_and_admin`).
 
 use pg_retention_integration::{expect_error, scalar, Cluster};
 use postgres::Client;
 
-/// An outbox-like table: `n` rows, row i created i hours ago, every 10th row 'pending'.
-fn outbox(db: &mut Client, n: i64) {
-    db.batch_execute(&format!(
+/// An outbox-like table: `n` rows, row i created i hours ago, every 10th row 'pending'. Made by
+/// the superuser, granted to `app` and `admin`; the rows are written by `app`.
+fn outbox(c: &Cluster, n: i64) {
+    c.execute(
+        "postgres",
         "CREATE TABLE outbox (id bigserial PRIMARY KEY, tenant int NOT NULL, status text NOT NULL,
-                              created_at timestamptz NOT NULL, payload jsonb);
-         INSERT INTO outbox (tenant, status, created_at, payload)
-         SELECT g % 3, CASE WHEN g % 10 = 0 THEN 'pending' ELSE 'sent' END,
-                now() - make_interval(hours => g), jsonb_build_object('n', g)
-           FROM generate_series(1, {n}) g;"
-    ))
-    .unwrap();
+                              created_at timestamptz NOT NULL, payload jsonb);",
+    );
+    c.grant_app_and_admin("postgres");
+    c.app("postgres")
+        .batch_execute(&format!(
+            "INSERT INTO outbox (tenant, status, created_at, payload)
+             SELECT g % 3, CASE WHEN g % 10 = 0 THEN 'pending' ELSE 'sent' END,
+                    now() - make_interval(hours => g), jsonb_build_object('n', g)
+               FROM generate_series(1, {n}) g;"
+        ))
+        .unwrap();
 }
 
 fn age_policy(db: &mut Client, extra: &str) {
@@ -29,21 +40,35 @@ fn count(db: &mut Client, sql: &str) -> i64 {
     scalar(db, sql)
 }
 
+/// Set-up by the superuser (`ddl`: tables, indexes, functions), then grants to `app` and
+/// `admin`; returns connections as `app` and as `admin`.
+fn set_up(c: &Cluster, ddl: &str) -> (Client, Client) {
+    c.execute("postgres", ddl);
+    c.grant_app_and_admin("postgres");
+    c.app_and_admin("postgres")
+}
+
 #[test]
 fn age_expiry_boundary_just_under_and_just_over_the_window() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
-        "CREATE TABLE t (id int PRIMARY KEY, created_at timestamptz NOT NULL);
-         INSERT INTO t VALUES (1, now() - interval '30 days' + interval '1 minute'),
+    let (mut app, mut admin) = set_up(
+        &c,
+        "CREATE TABLE t (id int PRIMARY KEY, created_at timestamptz NOT NULL);",
+    );
+    app.batch_execute(
+        "INSERT INTO t VALUES (1, now() - interval '30 days' + interval '1 minute'),
                               (2, now() - interval '30 days' - interval '1 minute'),
-                              (3, now());
-         SELECT retention.add_policy(name => 't', relation => 't', kind => 'age',
-                age_column => 'created_at', older_than => '30 days');",
+                              (3, now());",
     )
     .unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
-    let left: Vec<i32> = db
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 't', relation => 't', kind => 'age',
+                age_column => 'created_at', older_than => '30 days');",
+        )
+        .unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
+    let left: Vec<i32> = admin
         .query("SELECT id FROM t ORDER BY id", &[])
         .unwrap()
         .iter()
@@ -52,7 +77,7 @@ fn age_expiry_boundary_just_under_and_just_over_the_window() {
     assert_eq!(left, vec![1, 3], "only the row just over the window goes");
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'prune'"
         ),
         1
@@ -73,47 +98,49 @@ fn age_sweep_through_an_age_index_deletes_exactly_eligible_terminal_rows_in_batc
 
 fn age_sweep_deletes_exactly_eligible_terminal_rows(by_index: bool) {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    outbox(&mut db, 3000);
+    outbox(&c, 3000);
     if by_index {
-        db.batch_execute("CREATE INDEX outbox_created_at ON outbox (created_at)")
-            .unwrap();
+        c.execute(
+            "postgres",
+            "CREATE INDEX outbox_created_at ON outbox (created_at)",
+        );
     }
-    age_policy(&mut db, ", terminal => $$status = 'sent'$$");
-    let expected = count(&mut db, "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days' AND status = 'sent'");
-    let before = count(&mut db, "SELECT count(*) FROM outbox");
-    db.batch_execute("CALL retention.run('outbox')").unwrap();
+    let mut admin = c.admin("postgres");
+    age_policy(&mut admin, ", terminal => $$status = 'sent'$$");
+    let expected = count(&mut admin, "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days' AND status = 'sent'");
+    let before = count(&mut admin, "SELECT count(*) FROM outbox");
+    admin.batch_execute("CALL retention.run('outbox')").unwrap();
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM outbox"),
+        count(&mut admin, "SELECT count(*) FROM outbox"),
         before - expected
     );
-    assert_eq!(count(&mut db, "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days' AND status = 'sent'"), 0);
-    assert!(count(&mut db, "SELECT count(*) FROM outbox WHERE status = 'pending' AND created_at < now() - interval '30 days'") > 0);
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days' AND status = 'sent'"), 0);
+    assert!(count(&mut admin, "SELECT count(*) FROM outbox WHERE status = 'pending' AND created_at < now() - interval '30 days'") > 0);
     // Ledger adds up, batches are bounded, the run summary agrees.
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'prune'"
         ),
         expected
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT max(rows) FROM retention.ledger WHERE method = 'prune'"
         ),
         100
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT rows FROM retention.ledger WHERE method = 'run'"
         ),
         expected
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT rows_pruned_total FROM retention.stats WHERE policy = 'outbox'"
         ),
         expected
@@ -122,7 +149,7 @@ fn age_sweep_deletes_exactly_eligible_terminal_rows(by_index: bool) {
     let walk = if by_index { "from_age" } else { "from_tid" };
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             &format!("SELECT count(*) FILTER (WHERE detail ? '{walk}') - count(*) FROM retention.ledger WHERE method = 'prune'")
         ),
         0
@@ -131,7 +158,7 @@ fn age_sweep_deletes_exactly_eligible_terminal_rows(by_index: bool) {
         // Consecutive batches cover adjacent age ranges: each starts where the previous ended.
         assert_eq!(
             count(
-                &mut db,
+                &mut admin,
                 "SELECT count(*) FROM (SELECT detail->>'from_age' AS f,
                         lag(detail->>'to_age') OVER (ORDER BY (detail->>'batch')::int) AS prev
                    FROM retention.ledger WHERE method = 'prune') b
@@ -147,35 +174,41 @@ fn age_sweep_deletes_exactly_eligible_terminal_rows(by_index: bool) {
 #[test]
 fn an_index_walk_over_a_timestamp_column_deletes_exactly_the_expired_rows() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    let (mut app, mut admin) = set_up(
+        &c,
         "CREATE TABLE events (id int PRIMARY KEY, at timestamp NOT NULL);
-         INSERT INTO events SELECT g, localtimestamp - (g / 3) * interval '1 hour' FROM generate_series(1, 3000) g;
-         CREATE INDEX events_at ON events (at DESC);
-         SELECT retention.add_policy(name => 'events', relation => 'events', kind => 'age',
-                age_column => 'at', older_than => '20 days', batch_size => 50);",
+         CREATE INDEX events_at ON events (at DESC);",
+    );
+    app.batch_execute(
+        "INSERT INTO events SELECT g, localtimestamp - (g / 3) * interval '1 hour' FROM generate_series(1, 3000) g;",
     )
     .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'events', relation => 'events', kind => 'age',
+                age_column => 'at', older_than => '20 days', batch_size => 50);",
+        )
+        .unwrap();
     let expected = count(
-        &mut db,
+        &mut admin,
         "SELECT count(*) FROM events WHERE at < now() - interval '20 days'",
     );
     assert!(expected > 500);
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM events"),
+        count(&mut admin, "SELECT count(*) FROM events"),
         3000 - expected
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM events WHERE at < now() - interval '20 days'"
         ),
         0
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FILTER (WHERE detail ? 'from_age' AND rows <= 50) - count(*) FROM retention.ledger WHERE method = 'prune'"
         ),
         0
@@ -187,26 +220,32 @@ fn an_index_walk_over_a_timestamp_column_deletes_exactly_the_expired_rows() {
 #[test]
 fn a_tie_larger_than_a_batch_moves_an_index_walk_to_block_ranges() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    let (mut app, mut admin) = set_up(
+        &c,
         "CREATE TABLE daily (id int PRIMARY KEY, day date NOT NULL);
-         INSERT INTO daily SELECT g, current_date - 100 - g FROM generate_series(1, 50) g;
+         CREATE INDEX daily_day ON daily (day);",
+    );
+    app.batch_execute(
+        "INSERT INTO daily SELECT g, current_date - 100 - g FROM generate_series(1, 50) g;
          INSERT INTO daily SELECT g, current_date - 60 FROM generate_series(51, 1050) g;
-         INSERT INTO daily SELECT g, current_date - (g % 20) FROM generate_series(1051, 1250) g;
-         CREATE INDEX daily_day ON daily (day);
-         SELECT retention.add_policy(name => 'daily', relation => 'daily', kind => 'age',
-                age_column => 'day', older_than => '30 days', batch_size => 100);",
+         INSERT INTO daily SELECT g, current_date - (g % 20) FROM generate_series(1051, 1250) g;",
     )
     .unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
-    assert_eq!(count(&mut db, "SELECT count(*) FROM daily"), 200);
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'daily', relation => 'daily', kind => 'age',
+                age_column => 'day', older_than => '30 days', batch_size => 100);",
+        )
+        .unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM daily"), 200);
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM daily WHERE id <= 1050"),
+        count(&mut admin, "SELECT count(*) FROM daily WHERE id <= 1050"),
         0
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT (1000 * count(*) + sum(rows))::bigint FROM retention.ledger WHERE method = 'prune' AND detail ? 'from_age'"
         ),
         1050,
@@ -214,7 +253,7 @@ fn a_tie_larger_than_a_batch_moves_an_index_walk_to_block_ranges() {
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'prune' AND detail ? 'from_tid'"
         ),
         1000,
@@ -222,7 +261,7 @@ fn a_tie_larger_than_a_batch_moves_an_index_walk_to_block_ranges() {
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT max(rows) FROM retention.ledger WHERE method = 'prune'"
         ),
         100
@@ -232,19 +271,24 @@ fn a_tie_larger_than_a_batch_moves_an_index_walk_to_block_ranges() {
 #[test]
 fn keep_latest_never_deletes_a_non_terminal_row_and_never_crosses_groups() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
-        "CREATE TABLE runs (id int PRIMARY KEY, source int NOT NULL, state text NOT NULL, started_at timestamptz NOT NULL);
-         -- source 1: 10 runs, the 3 oldest still running; source 2: only 2 runs.
+    let (mut app, mut admin) = set_up(
+        &c,
+        "CREATE TABLE runs (id int PRIMARY KEY, source int NOT NULL, state text NOT NULL, started_at timestamptz NOT NULL);",
+    );
+    app.batch_execute(
+        "-- source 1: 10 runs, the 3 oldest still running; source 2: only 2 runs.
          INSERT INTO runs SELECT g, 1, CASE WHEN g <= 3 THEN 'running' ELSE 'done' END, now() - make_interval(days => 100 - g)
            FROM generate_series(1, 10) g;
-         INSERT INTO runs VALUES (11, 2, 'done', now() - interval '900 days'), (12, 2, 'done', now() - interval '800 days');
-         SELECT retention.add_policy(name => 'runs', relation => 'runs', kind => 'keep_latest',
+         INSERT INTO runs VALUES (11, 2, 'done', now() - interval '900 days'), (12, 2, 'done', now() - interval '800 days');",
+    )
+    .unwrap();
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'runs', relation => 'runs', kind => 'keep_latest',
                 group_by => ARRAY['source'], order_by => 'started_at', keep => 4, terminal => $$state = 'done'$$);",
     )
     .unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
-    let left: Vec<i32> = db
+    admin.batch_execute("CALL retention.run()").unwrap();
+    let left: Vec<i32> = admin
         .query("SELECT id FROM runs ORDER BY id", &[])
         .unwrap()
         .iter()
@@ -257,19 +301,24 @@ fn keep_latest_never_deletes_a_non_terminal_row_and_never_crosses_groups() {
 #[test]
 fn versions_honours_min_keep_and_max_versions_and_is_deterministic_on_ties() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
-        "CREATE TABLE v (tenant int, artifact text, seq int, recorded_at timestamptz NOT NULL, PRIMARY KEY (tenant, artifact, seq));
-         -- tenant 1/a: 6 versions, all old; tenant 2/a: 3 versions, all old, two share recorded_at.
+    let (mut app, mut admin) = set_up(
+        &c,
+        "CREATE TABLE v (tenant int, artifact text, seq int, recorded_at timestamptz NOT NULL, PRIMARY KEY (tenant, artifact, seq));",
+    );
+    app.batch_execute(
+        "-- tenant 1/a: 6 versions, all old; tenant 2/a: 3 versions, all old, two share recorded_at.
          INSERT INTO v SELECT 1, 'a', g, now() - make_interval(days => 100 - g) FROM generate_series(1, 6) g;
          INSERT INTO v VALUES (2, 'a', 1, now() - interval '50 days'), (2, 'a', 2, now() - interval '40 days'),
-                              (2, 'a', 3, now() - interval '40 days');
-         SELECT retention.add_policy(name => 'v', relation => 'v', kind => 'versions', group_by => ARRAY['tenant', 'artifact'],
+                              (2, 'a', 3, now() - interval '40 days');",
+    )
+    .unwrap();
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'v', relation => 'v', kind => 'versions', group_by => ARRAY['tenant', 'artifact'],
                 order_by => 'recorded_at', keep => 4, min_keep => 2, age_column => 'recorded_at', older_than => '10 days');",
     )
     .unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
-    let left: Vec<(i32, i32)> = db
+    admin.batch_execute("CALL retention.run()").unwrap();
+    let left: Vec<(i32, i32)> = admin
         .query("SELECT tenant, seq FROM v ORDER BY 1, 2", &[])
         .unwrap()
         .iter()
@@ -283,18 +332,23 @@ fn versions_honours_min_keep_and_max_versions_and_is_deterministic_on_ties() {
 #[test]
 fn versions_without_window_keeps_at_most_keep() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
-        "CREATE TABLE v (id int PRIMARY KEY, k int NOT NULL, at timestamptz NOT NULL);
-         INSERT INTO v SELECT g, g % 2, now() - make_interval(mins => g) FROM generate_series(1, 20) g;
-         SELECT retention.add_policy(name => 'v', relation => 'v', kind => 'versions', group_by => ARRAY['k'],
+    let (mut app, mut admin) = set_up(
+        &c,
+        "CREATE TABLE v (id int PRIMARY KEY, k int NOT NULL, at timestamptz NOT NULL);",
+    );
+    app.batch_execute(
+        "INSERT INTO v SELECT g, g % 2, now() - make_interval(mins => g) FROM generate_series(1, 20) g;",
+    )
+    .unwrap();
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'v', relation => 'v', kind => 'versions', group_by => ARRAY['k'],
                 order_by => 'at', keep => 3);",
     )
     .unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
-    assert_eq!(count(&mut db, "SELECT count(*) FROM v"), 6);
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM v"), 6);
     assert_eq!(
-        count(&mut db, "SELECT max(id)::bigint FROM v"),
+        count(&mut admin, "SELECT max(id)::bigint FROM v"),
         6,
         "the newest (smallest age) versions stay"
     );
@@ -303,36 +357,41 @@ fn versions_without_window_keeps_at_most_keep() {
 #[test]
 fn entity_never_deletes_part_of_a_group() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
-        "CREATE TABLE doc (id int PRIMARY KEY, entity int NOT NULL, at timestamptz NOT NULL);
-         -- entity 1: all old; entity 2: old but one recent row; entity 3: all old, one row held.
+    let (mut app, mut admin) = set_up(
+        &c,
+        "CREATE TABLE doc (id int PRIMARY KEY, entity int NOT NULL, at timestamptz NOT NULL);",
+    );
+    app.batch_execute(
+        "-- entity 1: all old; entity 2: old but one recent row; entity 3: all old, one row held.
          INSERT INTO doc SELECT g, 1, now() - interval '100 days' FROM generate_series(1, 5) g;
          INSERT INTO doc SELECT g, 2, now() - interval '100 days' FROM generate_series(6, 9) g;
          INSERT INTO doc VALUES (10, 2, now());
-         INSERT INTO doc SELECT g, 3, now() - interval '100 days' FROM generate_series(11, 14) g;
-         SELECT retention.add_policy(name => 'doc', relation => 'doc', kind => 'entity', group_by => ARRAY['entity'],
+         INSERT INTO doc SELECT g, 3, now() - interval '100 days' FROM generate_series(11, 14) g;",
+    )
+    .unwrap();
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'doc', relation => 'doc', kind => 'entity', group_by => ARRAY['entity'],
                 age_column => 'at', older_than => '30 days', batch_size => 2);
          SELECT retention.place_hold('doc', 'id = 12', 'audit', 'tester');",
     )
     .unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM doc WHERE entity = 1"),
+        count(&mut admin, "SELECT count(*) FROM doc WHERE entity = 1"),
         0
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM doc WHERE entity = 2"),
+        count(&mut admin, "SELECT count(*) FROM doc WHERE entity = 2"),
         5
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM doc WHERE entity = 3"),
+        count(&mut admin, "SELECT count(*) FROM doc WHERE entity = 3"),
         4
     );
     // The group larger than batch_size went in one batch, whole.
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM retention.ledger WHERE method = 'prune'"
         ),
         1
@@ -342,12 +401,12 @@ fn entity_never_deletes_part_of_a_group() {
 #[test]
 fn scope_limits_a_policy_to_one_tenant() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    outbox(&mut db, 2000);
-    age_policy(&mut db, ", scope => 'tenant = 2'");
-    db.batch_execute("CALL retention.run()").unwrap();
-    assert_eq!(count(&mut db, "SELECT count(*) FROM outbox WHERE tenant = 2 AND created_at < now() - interval '30 days'"), 0);
-    assert!(count(&mut db, "SELECT count(*) FROM outbox WHERE tenant <> 2 AND created_at < now() - interval '30 days'") > 0);
+    outbox(&c, 2000);
+    let mut admin = c.admin("postgres");
+    age_policy(&mut admin, ", scope => 'tenant = 2'");
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM outbox WHERE tenant = 2 AND created_at < now() - interval '30 days'"), 0);
+    assert!(count(&mut admin, "SELECT count(*) FROM outbox WHERE tenant <> 2 AND created_at < now() - interval '30 days'") > 0);
 }
 
 #[test]
@@ -362,22 +421,24 @@ fn hold_blocks_an_index_walk_and_lift_releases_on_the_next_run() {
 
 fn hold_blocks_and_lift_releases(by_index: bool) {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    outbox(&mut db, 2000);
+    outbox(&c, 2000);
     if by_index {
-        db.batch_execute("CREATE INDEX outbox_created_at ON outbox (created_at)")
-            .unwrap();
+        c.execute(
+            "postgres",
+            "CREATE INDEX outbox_created_at ON outbox (created_at)",
+        );
     }
-    age_policy(&mut db, "");
+    let mut admin = c.admin("postgres");
+    age_policy(&mut admin, "");
     let hold = scalar(
-        &mut db,
+        &mut admin,
         "SELECT retention.place_hold('outbox', 'tenant = 1', 'litigation 42', 'legal@example')",
     );
     let held = count(
-        &mut db,
+        &mut admin,
         "SELECT count(*) FROM outbox WHERE tenant = 1 AND created_at < now() - interval '30 days'",
     );
-    let preview = db
+    let preview = admin
         .query_one(
             "SELECT held, hold_ids FROM retention.preview('outbox')",
             &[],
@@ -385,30 +446,31 @@ fn hold_blocks_and_lift_releases(by_index: bool) {
         .unwrap();
     assert_eq!(preview.get::<_, i64>(0), held);
     assert_eq!(preview.get::<_, Vec<i64>>(1), vec![hold]);
-    db.batch_execute("CALL retention.run()").unwrap();
-    assert_eq!(count(&mut db, "SELECT count(*) FROM outbox WHERE tenant = 1 AND created_at < now() - interval '30 days'"), held);
-    assert_eq!(count(&mut db, &format!("SELECT rows FROM retention.ledger WHERE method = 'hold_skip' AND hold_ids = ARRAY[{hold}::bigint]")), held);
-    db.batch_execute(&format!(
-        "SELECT retention.lift_hold({hold}, 'legal@example', 'case closed')"
-    ))
-    .unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM outbox WHERE tenant = 1 AND created_at < now() - interval '30 days'"), held);
+    assert_eq!(count(&mut admin, &format!("SELECT rows FROM retention.ledger WHERE method = 'hold_skip' AND hold_ids = ARRAY[{hold}::bigint]")), held);
+    admin
+        .batch_execute(&format!(
+            "SELECT retention.lift_hold({hold}, 'legal@example', 'case closed')"
+        ))
+        .unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days'"
         ),
         0
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM retention.holds WHERE NOT active"
         ),
         1
     );
     let (code, _) = expect_error(
-        &mut db,
+        &mut admin,
         &format!("SELECT retention.lift_hold({hold}, 'x', 'again')"),
     );
     assert_eq!(code, "55000");
@@ -418,25 +480,28 @@ fn hold_blocks_and_lift_releases(by_index: bool) {
 /// 3 ms and are logged in `del_log` (id, tenant, deleting transaction, time); an `age` policy of
 /// 50-row batches. `by_index`: the rows' ages rise with their ids and an index on the age column
 /// makes batches walk it (else every row has the same age and no such index exists, and batches
-/// walk block ranges). Starts `CALL retention.run()` in another session and returns once more
-/// than 100 rows are gone, so the run is mid-way through its batches.
-fn slow_run_under_way(c: &Cluster, db: &mut Client, by_index: bool) -> std::thread::JoinHandle<()> {
-    if by_index {
-        db.batch_execute(
+/// walk block ranges). The rows are `app`'s, the policy `admin`'s. Starts `CALL retention.run()`
+/// as `admin` in another session and returns (with an `admin` connection) once more than 100
+/// rows are gone, so the run is mid-way through its batches.
+fn slow_run_under_way(c: &Cluster, by_index: bool) -> (std::thread::JoinHandle<()>, Client) {
+    let (mut app, mut admin) = set_up(
+        c,
+        if by_index {
             "CREATE TABLE q (id int PRIMARY KEY, tenant int NOT NULL, created_at timestamptz NOT NULL);
-             INSERT INTO q SELECT g, g % 2, now() - interval '90 days' + g * interval '1 second'
-               FROM generate_series(1, 1000) g;
-             CREATE INDEX q_created_at ON q (created_at);",
-        )
-        .unwrap();
+             CREATE INDEX q_created_at ON q (created_at);"
+        } else {
+            "CREATE TABLE q (id int PRIMARY KEY, tenant int NOT NULL, created_at timestamptz NOT NULL);"
+        },
+    );
+    app.batch_execute(if by_index {
+        "INSERT INTO q SELECT g, g % 2, now() - interval '90 days' + g * interval '1 second'
+           FROM generate_series(1, 1000) g;"
     } else {
-        db.batch_execute(
-            "CREATE TABLE q (id int PRIMARY KEY, tenant int NOT NULL, created_at timestamptz NOT NULL);
-             INSERT INTO q SELECT g, g % 2, now() - interval '90 days' FROM generate_series(1, 1000) g;",
-        )
-        .unwrap();
-    }
-    db.batch_execute(
+        "INSERT INTO q SELECT g, g % 2, now() - interval '90 days' FROM generate_series(1, 1000) g;"
+    })
+    .unwrap();
+    c.execute(
+        "postgres",
         "
          CREATE TABLE del_log (id int, tenant int, xid xid8, at timestamptz);
          -- Sweeps run user code with search_path = pg_catalog, pg_temp (docs/security.md):
@@ -444,20 +509,25 @@ fn slow_run_under_way(c: &Cluster, db: &mut Client, by_index: bool) -> std::thre
          CREATE FUNCTION log_del() RETURNS trigger LANGUAGE plpgsql SET search_path = public AS $$
          BEGIN INSERT INTO del_log VALUES (OLD.id, OLD.tenant, pg_current_xact_id(), clock_timestamp()); PERFORM pg_sleep(0.003); RETURN OLD; END $$;
          CREATE TRIGGER log_del AFTER DELETE ON q FOR EACH ROW EXECUTE FUNCTION log_del();
-         SELECT retention.add_policy(name => 'q', relation => 'q', kind => 'age', age_column => 'created_at',
-                older_than => '30 days', batch_size => 50);",
-    )
-    .unwrap();
-    let url = c.url("postgres");
+         -- The trigger fires as the policy's owner (docs/security.md), who writes the log.
+         GRANT SELECT, INSERT ON del_log TO admin;",
+    );
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'q', relation => 'q', kind => 'age', age_column => 'created_at',
+                    older_than => '30 days', batch_size => 50);",
+        )
+        .unwrap();
+    let url = c.url_as("postgres", "admin");
     let runner = std::thread::spawn(move || {
-        let mut db = Client::connect(&url, postgres::NoTls).unwrap();
-        db.batch_execute("CALL retention.run()").unwrap();
+        let mut admin = Client::connect(&url, postgres::NoTls).unwrap();
+        admin.batch_execute("CALL retention.run()").unwrap();
     });
     assert!(c.wait_until(std::time::Duration::from_secs(30), || count(
-        db,
+        &mut admin,
         "SELECT count(*) FROM del_log"
     ) > 100));
-    runner
+    (runner, admin)
 }
 
 #[test]
@@ -472,34 +542,33 @@ fn hold_placed_mid_run_wins_for_every_later_batch_through_an_age_index() {
 
 fn hold_placed_mid_run_wins(by_index: bool) {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    let runner = slow_run_under_way(&c, &mut db, by_index);
+    let (runner, mut admin) = slow_run_under_way(&c, by_index);
     // The run is under way: place the hold from another session.
-    let mut tx = db.transaction().unwrap();
+    let mut tx = admin.transaction().unwrap();
     tx.execute(
         "SELECT retention.place_hold('q', 'tenant = 1', 'late hold', 'tester')",
         &[],
     )
     .unwrap();
     tx.commit().unwrap();
-    let committed: String = db
+    let committed: String = admin
         .query_one("SELECT clock_timestamp()::text", &[])
         .unwrap()
         .get(0);
     runner.join().unwrap();
     assert!(
-        count(&mut db, "SELECT count(*) FROM q WHERE tenant = 1") > 0,
+        count(&mut admin, "SELECT count(*) FROM q WHERE tenant = 1") > 0,
         "held rows survive"
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM q WHERE tenant = 0"),
+        count(&mut admin, "SELECT count(*) FROM q WHERE tenant = 0"),
         0,
         "unheld rows all go"
     );
     let after = format!("'{committed}'::timestamptz + interval '100 ms'");
     assert!(
         count(
-            &mut db,
+            &mut admin,
             &format!("SELECT count(*) FROM del_log WHERE at > {after}")
         ) > 0,
         "the run went on after the hold"
@@ -508,7 +577,7 @@ fn hold_placed_mid_run_wins(by_index: bool) {
     // left held rows alone. 100 ms covers the planning between a batch's snapshot and its first
     // deletion; each batch then takes ~150 ms (50 rows x 3 ms).
     let violating = count(
-        &mut db,
+        &mut admin,
         &format!(
             "SELECT count(*) FROM del_log WHERE tenant = 1 AND xid IN (
                  SELECT xid FROM del_log GROUP BY xid HAVING min(at) > {after})"
@@ -535,27 +604,30 @@ fn a_foreign_key_added_mid_run_protects_referenced_rows_through_an_age_index() {
 
 fn foreign_key_added_mid_run_protects(by_index: bool) {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    let runner = slow_run_under_way(&c, &mut db, by_index);
+    // The referencing rows are the application's, written before the run; the key is the
+    // superuser's DDL, added mid-run.
+    let (mut app, _) = set_up(&c, "CREATE TABLE refs (q_id int);");
+    app.batch_execute("INSERT INTO refs SELECT g FROM generate_series(901, 1000) g;")
+        .unwrap();
+    let (runner, mut admin) = slow_run_under_way(&c, by_index);
     // Takes its lock between two batches; rows 901..1000 come last in physical order.
-    db.batch_execute(
-        "CREATE TABLE refs (q_id int REFERENCES q ON DELETE CASCADE);
-         INSERT INTO refs SELECT g FROM generate_series(901, 1000) g;",
-    )
-    .unwrap();
+    c.execute(
+        "postgres",
+        "ALTER TABLE refs ADD FOREIGN KEY (q_id) REFERENCES q ON DELETE CASCADE;",
+    );
     runner.join().unwrap();
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM refs"),
+        count(&mut admin, "SELECT count(*) FROM refs"),
         100,
         "nothing cascaded"
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM q WHERE id > 900"),
+        count(&mut admin, "SELECT count(*) FROM q WHERE id > 900"),
         100,
         "referenced rows survive"
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM q WHERE id <= 900"),
+        count(&mut admin, "SELECT count(*) FROM q WHERE id <= 900"),
         0,
         "unreferenced rows all go"
     );
@@ -564,83 +636,87 @@ fn foreign_key_added_mid_run_protects(by_index: bool) {
 #[test]
 fn keep_below_the_floor_is_refused_and_lowering_the_floor_is_ledgered() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    let (_, mut admin) = set_up(
+        &c,
         "CREATE TABLE runs (id int PRIMARY KEY, src int NOT NULL, at timestamptz NOT NULL);
-         CREATE TABLE feed (id int PRIMARY KEY, at timestamptz NOT NULL);
-         SELECT retention.add_policy(name => 'kl', relation => 'runs', kind => 'keep_latest', group_by => ARRAY['src'],
+         CREATE TABLE feed (id int PRIMARY KEY, at timestamptz NOT NULL);",
+    );
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'kl', relation => 'runs', kind => 'keep_latest', group_by => ARRAY['src'],
                 order_by => 'at', keep => 10, keep_floor => 5);
          SELECT retention.add_policy(name => 'feed', relation => 'feed', kind => 'age', age_column => 'at',
                 older_than => '30 days', window_floor => '14 days');",
     )
     .unwrap();
-    let refused = |db: &mut Client, sql: &str, words: &str| {
-        let (state, message) = expect_error(db, sql);
+    let refused = |admin: &mut Client, sql: &str, words: &str| {
+        let (state, message) = expect_error(admin, sql);
         assert_eq!(state, "22023", "{sql}: {message}");
         assert!(message.contains(words), "{sql}: {message}");
     };
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.alter_policy('kl', keep => 4)",
         "below the policy's keep_floor 5",
     );
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.alter_policy('feed', older_than => '7 days')",
         "below the policy's window_floor 14 days",
     );
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.add_policy(name => 'v', relation => 'runs', kind => 'versions', group_by => ARRAY['src'],
                 order_by => 'at', keep => 5, min_keep => 2, keep_floor => 3)",
         "min_keep 2 is below the policy's keep_floor 3",
     );
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.add_policy(name => 'k2', relation => 'runs', kind => 'keep_latest', group_by => ARRAY['src'],
                 order_by => 'at', keep => 5, min_keep => 2)",
         "min_keep applies to versions policies",
     );
     // alter raises a floor, never lowers it.
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.alter_policy('kl', keep_floor => 3)",
         "only lowered by retention.lower_floor",
     );
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.alter_policy('feed', window_floor => '7 days')",
         "only lowered by retention.lower_floor",
     );
-    db.batch_execute("SELECT retention.alter_policy('kl', keep_floor => 8)")
+    admin
+        .batch_execute("SELECT retention.alter_policy('kl', keep_floor => 8)")
         .unwrap();
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.alter_policy('kl', keep => 7)",
         "keep_floor 8",
     );
     // lower_floor lowers, with who and why, and nothing else.
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.lower_floor('kl', 9, NULL, 'dpo@example.com', 'ticket 9')",
         "cannot raise keep_floor",
     );
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.lower_floor('kl', 2, NULL, 'dpo@example.com', ' ')",
         "reason must not be empty",
     );
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.lower_floor('kl', NULL, '1 day', 'dpo@example.com', 'x')",
         "no window_floor to lower",
     );
-    db.batch_execute(
-        "SELECT retention.lower_floor('kl', 2, NULL, 'dpo@example.com', 'ticket 9');
+    admin
+        .batch_execute(
+            "SELECT retention.lower_floor('kl', 2, NULL, 'dpo@example.com', 'ticket 9');
          SELECT retention.lower_floor('feed', NULL, '0 seconds', 'dpo@example.com', 'ticket 10');",
-    )
-    .unwrap();
-    let (actor, detail): (String, String) = db
+        )
+        .unwrap();
+    let (actor, detail): (String, String) = admin
         .query_one(
             "SELECT actor, detail::text FROM retention.ledger WHERE method = 'lower_floor' AND policy = 'kl'",
             &[],
@@ -656,39 +732,45 @@ fn keep_below_the_floor_is_refused_and_lowering_the_floor_is_ledgered() {
     assert_eq!(detail["reason"], "ticket 9");
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM retention.policies WHERE name = 'kl' AND keep_floor = 2"
         ),
         1
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM retention.policies WHERE name = 'feed' AND window_floor IS NULL"
         ),
         1,
         "a zero window_floor removes the floor"
     );
-    db.batch_execute(
-        "SELECT retention.alter_policy('kl', keep => 4);
+    admin
+        .batch_execute(
+            "SELECT retention.alter_policy('kl', keep => 4);
          SELECT retention.alter_policy('feed', older_than => '7 days');",
-    )
-    .unwrap();
+        )
+        .unwrap();
 }
 
 #[test]
 fn a_linked_producer_is_swept_before_its_consumer() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
     // By name the inbox would go first; the link puts the outbox (the producer) first.
-    db.batch_execute(
+    let (mut app, mut admin) = set_up(
+        &c,
         "CREATE TABLE outbox (id int PRIMARY KEY, at timestamptz NOT NULL);
          CREATE TABLE inbox (id int PRIMARY KEY, at timestamptz NOT NULL);
-         CREATE TABLE zlog (id int PRIMARY KEY, at timestamptz NOT NULL);
-         INSERT INTO outbox SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
+         CREATE TABLE zlog (id int PRIMARY KEY, at timestamptz NOT NULL);",
+    );
+    app.batch_execute(
+        "INSERT INTO outbox SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
          INSERT INTO inbox SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
-         INSERT INTO zlog SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
-         SELECT retention.add_policy(name => 'inbox', relation => 'inbox', kind => 'age', age_column => 'at', older_than => '31 days');
+         INSERT INTO zlog SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;",
+    )
+    .unwrap();
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'inbox', relation => 'inbox', kind => 'age', age_column => 'at', older_than => '31 days');
          SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age', age_column => 'at', older_than => '30 days');
          SELECT retention.add_policy(name => 'zlog', relation => 'zlog', kind => 'age', age_column => 'at', older_than => '40 days');
          SELECT retention.link_windows('outbox', 'inbox', '1 day');
@@ -696,16 +778,16 @@ fn a_linked_producer_is_swept_before_its_consumer() {
          SELECT retention.link_windows('inbox', 'zlog', '1 day');",
     )
     .unwrap();
-    let order: Vec<String> = db
+    let order: Vec<String> = admin
         .query("SELECT name FROM retention._run_order(NULL)", &[])
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
     assert_eq!(order, vec!["outbox", "inbox", "zlog"]);
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     // The ledger shows the order: each policy's run entry after its producer's.
-    let ledgered: Vec<String> = db
+    let ledgered: Vec<String> = admin
         .query(
             "SELECT policy FROM retention.ledger WHERE method = 'run' ORDER BY id",
             &[],
@@ -715,34 +797,39 @@ fn a_linked_producer_is_swept_before_its_consumer() {
         .map(|r| r.get(0))
         .collect();
     assert_eq!(ledgered, vec!["outbox", "inbox", "zlog"]);
-    assert_eq!(count(&mut db, "SELECT (SELECT count(*) FROM outbox) + (SELECT count(*) FROM inbox) + (SELECT count(*) FROM zlog)"), 0);
+    assert_eq!(count(&mut admin, "SELECT (SELECT count(*) FROM outbox) + (SELECT count(*) FROM inbox) + (SELECT count(*) FROM zlog)"), 0);
 }
 
 #[test]
 fn referenced_parent_rows_survive_and_children_run_first() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    let (mut app, mut admin) = set_up(
+        &c,
         "CREATE TABLE parent (id int PRIMARY KEY, at timestamptz NOT NULL);
-         CREATE TABLE child (id int PRIMARY KEY, parent_id int REFERENCES parent, at timestamptz NOT NULL);
-         INSERT INTO parent SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
+         CREATE TABLE child (id int PRIMARY KEY, parent_id int REFERENCES parent, at timestamptz NOT NULL);",
+    );
+    app.batch_execute(
+        "INSERT INTO parent SELECT g, now() - interval '90 days' FROM generate_series(1, 10) g;
          -- children of parents 1..5 are old (will go), children of 6..7 are young (stay).
          INSERT INTO child SELECT g, g, now() - interval '90 days' FROM generate_series(1, 5) g;
-         INSERT INTO child SELECT g, g, now() FROM generate_series(6, 7) g;
-         -- registered parent first, so only the FK ordering can put the child first
+         INSERT INTO child SELECT g, g, now() FROM generate_series(6, 7) g;",
+    )
+    .unwrap();
+    admin.batch_execute(
+        "-- registered parent first, so only the FK ordering can put the child first
          SELECT retention.add_policy(name => 'a_parent', relation => 'parent', kind => 'age', age_column => 'at', older_than => '30 days');
          SELECT retention.add_policy(name => 'b_child', relation => 'child', kind => 'age', age_column => 'at', older_than => '30 days');",
     )
     .unwrap();
-    let order: Vec<String> = db
+    let order: Vec<String> = admin
         .query("SELECT name FROM retention._run_order(NULL)", &[])
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
     assert_eq!(order, vec!["b_child", "a_parent"]);
-    db.batch_execute("CALL retention.run()").unwrap();
-    let parents: Vec<i32> = db
+    admin.batch_execute("CALL retention.run()").unwrap();
+    let parents: Vec<i32> = admin
         .query("SELECT id FROM parent ORDER BY id", &[])
         .unwrap()
         .iter()
@@ -767,34 +854,36 @@ fn run_cap_stops_an_index_walk_and_ledgers_a_warning() {
 
 fn run_cap_stops(by_index: bool) {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    outbox(&mut db, 2000);
+    outbox(&c, 2000);
     if by_index {
-        db.batch_execute("CREATE INDEX outbox_created_at ON outbox (created_at)")
-            .unwrap();
+        c.execute(
+            "postgres",
+            "CREATE INDEX outbox_created_at ON outbox (created_at)",
+        );
     }
-    age_policy(&mut db, ", max_rows_per_run => 250");
+    let mut admin = c.admin("postgres");
+    age_policy(&mut admin, ", max_rows_per_run => 250");
     let eligible = count(
-        &mut db,
+        &mut admin,
         "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days'",
     );
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'prune'"
         ),
         250
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT rows FROM retention.ledger WHERE method = 'cap_reached'"
         ),
         eligible - 250
     );
     assert_eq!(
-        count(&mut db, "SELECT backlog FROM retention.stats"),
+        count(&mut admin, "SELECT backlog FROM retention.stats"),
         eligible - 250
     );
 }
@@ -802,29 +891,34 @@ fn run_cap_stops(by_index: bool) {
 #[test]
 fn preview_equals_the_next_run_for_every_kind() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    outbox(&mut db, 3000);
-    db.batch_execute(
+    outbox(&c, 3000);
+    let (mut app, mut admin) = set_up(
+        &c,
         "CREATE TABLE child (id int PRIMARY KEY, outbox_id bigint REFERENCES outbox);
-         INSERT INTO child SELECT g, g * 7 FROM generate_series(100, 200) g;
-         SELECT retention.add_policy(name => 'age', relation => 'outbox', kind => 'age', age_column => 'created_at',
+         CREATE TABLE runs (id int PRIMARY KEY, src int NOT NULL, at timestamptz NOT NULL);
+         CREATE TABLE ver (id int PRIMARY KEY, k int NOT NULL, at timestamptz NOT NULL);
+         CREATE TABLE ent (id int PRIMARY KEY, e int NOT NULL, at timestamptz NOT NULL);",
+    );
+    app.batch_execute(
+        "INSERT INTO child SELECT g, g * 7 FROM generate_series(100, 200) g;
+         INSERT INTO runs SELECT g, g % 7, now() - make_interval(mins => g) FROM generate_series(1, 700) g;
+         INSERT INTO ver SELECT g, g % 5, now() - make_interval(days => g) FROM generate_series(1, 500) g;
+         INSERT INTO ent SELECT g, g % 40, now() - make_interval(days => 10 + (g % 40) * 3) FROM generate_series(1, 800) g;",
+    )
+    .unwrap();
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'age', relation => 'outbox', kind => 'age', age_column => 'created_at',
                 older_than => '30 days', terminal => $$status = 'sent'$$, batch_size => 333, max_rows_per_run => 1500);
          SELECT retention.place_hold('outbox', 'id % 11 = 0', 'sample', 'tester');
-         CREATE TABLE runs (id int PRIMARY KEY, src int NOT NULL, at timestamptz NOT NULL);
-         INSERT INTO runs SELECT g, g % 7, now() - make_interval(mins => g) FROM generate_series(1, 700) g;
          SELECT retention.add_policy(name => 'kl', relation => 'runs', kind => 'keep_latest', group_by => ARRAY['src'],
                 order_by => 'at', keep => 20, batch_size => 50);
-         CREATE TABLE ver (id int PRIMARY KEY, k int NOT NULL, at timestamptz NOT NULL);
-         INSERT INTO ver SELECT g, g % 5, now() - make_interval(days => g) FROM generate_series(1, 500) g;
          SELECT retention.add_policy(name => 'ver', relation => 'ver', kind => 'versions', group_by => ARRAY['k'],
                 order_by => 'at', keep => 50, min_keep => 10, age_column => 'at', older_than => '100 days', batch_size => 40);
-         CREATE TABLE ent (id int PRIMARY KEY, e int NOT NULL, at timestamptz NOT NULL);
-         INSERT INTO ent SELECT g, g % 40, now() - make_interval(days => 10 + (g % 40) * 3) FROM generate_series(1, 800) g;
          SELECT retention.add_policy(name => 'ent', relation => 'ent', kind => 'entity', group_by => ARRAY['e'],
                 age_column => 'at', older_than => '60 days', batch_size => 30, max_rows_per_run => 300);",
     )
     .unwrap();
-    let previews: Vec<(String, i64, i64)> = db
+    let previews: Vec<(String, i64, i64)> = admin
         .query(
             "SELECT policy, would_delete, backlog FROM retention.preview() ORDER BY policy",
             &[],
@@ -833,9 +927,9 @@ fn preview_equals_the_next_run_for_every_kind() {
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect();
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     for (policy, would_delete, _) in &previews {
-        let deleted = count(&mut db, &format!("SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune' AND policy = '{policy}'"));
+        let deleted = count(&mut admin, &format!("SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune' AND policy = '{policy}'"));
         assert_eq!(
             deleted, *would_delete,
             "policy {policy}: preview said {would_delete}, run deleted {deleted}"
@@ -852,17 +946,19 @@ fn preview_equals_the_next_run_for_every_kind() {
 #[test]
 fn linked_windows_refuse_a_violating_alter() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    let (_, mut admin) = set_up(
+        &c,
         "CREATE TABLE outbox (id int PRIMARY KEY, at timestamptz NOT NULL);
-         CREATE TABLE inbox (id int PRIMARY KEY, at timestamptz NOT NULL);
-         SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age', age_column => 'at', older_than => '30 days');
+         CREATE TABLE inbox (id int PRIMARY KEY, at timestamptz NOT NULL);",
+    );
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age', age_column => 'at', older_than => '30 days');
          SELECT retention.add_policy(name => 'inbox', relation => 'inbox', kind => 'age', age_column => 'at', older_than => '31 days');
          SELECT retention.link_windows('outbox', 'inbox', '1 day');",
     )
     .unwrap();
     let (code, msg) = expect_error(
-        &mut db,
+        &mut admin,
         "SELECT retention.alter_policy('inbox', older_than => '30 days 12 hours')",
     );
     assert_eq!(code, "RT201");
@@ -871,26 +967,27 @@ fn linked_windows_refuse_a_violating_alter() {
         "{msg}"
     );
     let (code, _) = expect_error(
-        &mut db,
+        &mut admin,
         "SELECT retention.alter_policy('outbox', older_than => '31 days')",
     );
     assert_eq!(code, "RT201");
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM retention.policy_history"),
+        count(&mut admin, "SELECT count(*) FROM retention.policy_history"),
         2,
         "refused alters leave no version"
     );
-    db.batch_execute("SELECT retention.alter_policy('inbox', older_than => '40 days')")
+    admin
+        .batch_execute("SELECT retention.alter_policy('inbox', older_than => '40 days')")
         .unwrap();
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT version::bigint FROM retention.policies WHERE name = 'inbox'"
         ),
         2
     );
     let (code, _) = expect_error(
-        &mut db,
+        &mut admin,
         "SELECT retention.link_windows('inbox', 'outbox', '0')",
     );
     assert_eq!(code, "RT201");
@@ -899,20 +996,23 @@ fn linked_windows_refuse_a_violating_alter() {
 #[test]
 fn replay_check_raises_with_the_boundary_in_the_message() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
-        "CREATE TABLE outbox (id int PRIMARY KEY, at timestamptz NOT NULL);
-         SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age', age_column => 'at', older_than => '30 days');",
+    let (_, mut admin) = set_up(
+        &c,
+        "CREATE TABLE outbox (id int PRIMARY KEY, at timestamptz NOT NULL);",
+    );
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age', age_column => 'at', older_than => '30 days');",
     )
     .unwrap();
-    let floor: String = db
+    let floor: String = admin
         .query_one("SELECT retention.replay_floor('outbox')::text", &[])
         .unwrap()
         .get(0);
-    db.batch_execute("SELECT retention.check_replay('outbox', now() - interval '29 days')")
+    admin
+        .batch_execute("SELECT retention.check_replay('outbox', now() - interval '29 days')")
         .unwrap();
     let (code, msg) = expect_error(
-        &mut db,
+        &mut admin,
         "SELECT retention.check_replay('outbox', now() - interval '31 days')",
     );
     assert_eq!(code, "RT301");
@@ -925,10 +1025,14 @@ fn replay_check_raises_with_the_boundary_in_the_message() {
 #[test]
 fn ledger_and_holds_refuse_update_delete_truncate() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
-        "CREATE TABLE t (id int PRIMARY KEY, at timestamptz NOT NULL);
-         SELECT retention.place_hold('t', 'id = 1', 'r', 'a');
+    let (_, mut admin) = set_up(
+        &c,
+        "CREATE TABLE t (id int PRIMARY KEY, at timestamptz NOT NULL);",
+    );
+    // Superuser kept for the tampering: not even a superuser may rewrite the history.
+    let mut su = c.connect("postgres");
+    admin.batch_execute(
+        "SELECT retention.place_hold('t', 'id = 1', 'r', 'a');
          SELECT retention.add_policy(name => 't', relation => 't', kind => 'age', age_column => 'at', older_than => '1 day');",
     )
     .unwrap();
@@ -941,12 +1045,15 @@ fn ledger_and_holds_refuse_update_delete_truncate() {
         "TRUNCATE retention.hold_lifts",
         "DELETE FROM retention.policy_versions",
     ] {
-        let (code, _) = expect_error(&mut db, sql);
+        let (code, _) = expect_error(&mut su, sql);
         assert_eq!(code, "RT401", "{sql}");
     }
-    assert_eq!(count(&mut db, "SELECT count(*) FROM retention.ledger"), 1);
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM retention.policy_history"),
+        count(&mut admin, "SELECT count(*) FROM retention.ledger"),
+        1
+    );
+    assert_eq!(
+        count(&mut admin, "SELECT count(*) FROM retention.policy_history"),
         1
     );
 }
@@ -954,13 +1061,12 @@ fn ledger_and_holds_refuse_update_delete_truncate() {
 #[test]
 fn bad_inputs_are_refused_with_documented_sqlstates_and_leave_the_catalog_unchanged() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    let (_, mut admin) = set_up(
+        &c,
         "CREATE TABLE t (id int PRIMARY KEY, status text, at timestamptz NOT NULL, tenant int);
          CREATE TABLE nokey (at timestamptz);
          CREATE TABLE victim (id int);",
-    )
-    .unwrap();
+    );
     let base =
         "name => 'p', relation => 't', kind => 'age', age_column => 'at', older_than => '30 days'";
     let cases = [
@@ -987,48 +1093,54 @@ fn bad_inputs_are_refused_with_documented_sqlstates_and_leave_the_catalog_unchan
         let sql = format!("SELECT retention.add_policy({args})");
         if expected.is_empty() {
             // A trailing comment cannot swallow the closing parenthesis: accepted, then dropped.
-            db.batch_execute(&sql).unwrap();
-            db.batch_execute("SELECT retention.drop_policy('p')")
+            admin.batch_execute(&sql).unwrap();
+            admin
+                .batch_execute("SELECT retention.drop_policy('p')")
                 .unwrap();
             continue;
         }
-        let (code, msg) = expect_error(&mut db, &sql);
+        let (code, msg) = expect_error(&mut admin, &sql);
         assert_eq!(code, expected, "{sql}: {msg}");
     }
-    assert_eq!(count(&mut db, "SELECT count(*) FROM retention.policies"), 0);
+    assert_eq!(
+        count(&mut admin, "SELECT count(*) FROM retention.policies"),
+        0
+    );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM retention.policy_history WHERE change = 'add'"
         ),
         1
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM victim"),
+        count(&mut admin, "SELECT count(*) FROM victim"),
         0,
         "victim table still exists"
     );
     let (code, _) = expect_error(
-        &mut db,
+        &mut admin,
         "SELECT retention.place_hold('t', '1; DELETE FROM t', 'r', 'a')",
     );
     assert_eq!(code, "RT101");
     let (code, _) = expect_error(
-        &mut db,
+        &mut admin,
         "SELECT retention.place_hold('t', 'id = 1', '', 'a')",
     );
     assert_eq!(code, "22023");
-    let (code, _) = expect_error(&mut db, "SELECT retention.drop_policy('nope')");
+    let (code, _) = expect_error(&mut admin, "SELECT retention.drop_policy('nope')");
     assert_eq!(code, "42704");
-    db.batch_execute(&format!("SELECT retention.add_policy({base})"))
+    admin
+        .batch_execute(&format!("SELECT retention.add_policy({base})"))
         .unwrap();
-    let (code, _) = expect_error(&mut db, &format!("SELECT retention.add_policy({base})"));
+    let (code, _) = expect_error(&mut admin, &format!("SELECT retention.add_policy({base})"));
     assert_eq!(code, "42710");
 }
 
 #[test]
 fn roles_gate_the_surface_and_nothing_is_granted_to_public() {
     let c = Cluster::start(&[]);
+    // Superuser kept: this test is about privileges; it makes its roles and takes each in turn.
     let mut db = c.connect("postgres");
     db.batch_execute(
         "CREATE TABLE t (id int PRIMARY KEY, at timestamptz NOT NULL);
@@ -1081,52 +1193,55 @@ fn roles_gate_the_surface_and_nothing_is_granted_to_public() {
 #[test]
 fn manual_run_skips_a_policy_whose_lock_is_held() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    outbox(&mut db, 1000);
-    age_policy(&mut db, "");
+    outbox(&c, 1000);
+    let mut admin = c.admin("postgres");
+    age_policy(&mut admin, "");
+    // Superuser kept: it stands in for another pruner by taking the policy's lock itself.
     let mut other = c.connect("postgres");
     other
         .batch_execute("SELECT pg_advisory_lock(retention._lock_key(id)) FROM retention.policies")
         .unwrap();
-    let before = count(&mut db, "SELECT count(*) FROM outbox");
-    db.batch_execute("CALL retention.run()").unwrap();
+    let before = count(&mut admin, "SELECT count(*) FROM outbox");
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM outbox"),
+        count(&mut admin, "SELECT count(*) FROM outbox"),
         before,
         "no double prune"
     );
     assert_eq!(
-        count(&mut db, "SELECT skipped_locked FROM retention.stats"),
+        count(&mut admin, "SELECT skipped_locked FROM retention.stats"),
         1
     );
     other
         .batch_execute("SELECT pg_advisory_unlock_all()")
         .unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
-    assert!(count(&mut db, "SELECT count(*) FROM outbox") < before);
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert!(count(&mut admin, "SELECT count(*) FROM outbox") < before);
 }
 
 #[test]
 fn a_run_error_is_ledgered_and_other_policies_still_run() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    outbox(&mut db, 1000);
-    db.batch_execute(
-        "CREATE TABLE gone (id int PRIMARY KEY, at timestamptz NOT NULL);
-         SELECT retention.add_policy(name => 'gone', relation => 'gone', kind => 'age', age_column => 'at', older_than => '1 day');
-         DROP TABLE gone;",
+    outbox(&c, 1000);
+    let (_, mut admin) = set_up(
+        &c,
+        "CREATE TABLE gone (id int PRIMARY KEY, at timestamptz NOT NULL);",
+    );
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'gone', relation => 'gone', kind => 'age', age_column => 'at', older_than => '1 day');",
     )
     .unwrap();
-    age_policy(&mut db, "");
-    db.batch_execute("CALL retention.run()").unwrap();
+    c.execute("postgres", "DROP TABLE gone;");
+    age_policy(&mut admin, "");
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days'"
         ),
         0
     );
-    let err: Option<String> = db
+    let err: Option<String> = admin
         .query_one(
             "SELECT last_error FROM retention.stats WHERE policy = 'gone'",
             &[],
@@ -1137,16 +1252,25 @@ fn a_run_error_is_ledgered_and_other_policies_still_run() {
 }
 
 /// A stream table: seq 1..100, row `s` created `100.5 - s` days ago, so under a 30-day window
-/// rows 1..70 are eligible; the policy orders the stream by seq.
-fn stream(db: &mut Client) {
-    db.batch_execute(
-        "CREATE TABLE stream (seq bigint PRIMARY KEY, created_at timestamptz NOT NULL);
-         INSERT INTO stream SELECT s, now() - make_interval(days => (101 - s)::int) + interval '12 hours'
-                              FROM generate_series(1, 100) s;
-         SELECT retention.add_policy(name => 'stream', relation => 'stream', kind => 'age',
-                age_column => 'created_at', older_than => '30 days', order_by => 'seq', batch_size => 7);",
+/// rows 1..70 are eligible; the policy orders the stream by seq. Returns the admin's
+/// connection.
+fn stream(c: &Cluster) -> Client {
+    let (mut app, mut admin) = set_up(
+        c,
+        "CREATE TABLE stream (seq bigint PRIMARY KEY, created_at timestamptz NOT NULL);",
+    );
+    app.batch_execute(
+        "INSERT INTO stream SELECT s, now() - make_interval(days => (101 - s)::int) + interval '12 hours'
+                              FROM generate_series(1, 100) s;",
     )
     .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'stream', relation => 'stream', kind => 'age',
+                    age_column => 'created_at', older_than => '30 days', order_by => 'seq', batch_size => 7);",
+        )
+        .unwrap();
+    admin
 }
 
 /// (eligible, pinned, would_delete) of a policy's preview.
@@ -1186,38 +1310,38 @@ fn run_stream(db: &mut Client) -> (i64, i64) {
 #[test]
 fn consumer_floors_pin_rows_refuse_stale_epochs_unpin_on_lapse_and_report_bootstrap() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    stream(&mut db);
-    let register = |db: &mut Client, consumer: &str, lease: &str| -> i64 {
-        db.query_one(
-            "SELECT retention.register_consumer('stream', $1, $2::text::interval)",
-            &[&consumer, &lease],
-        )
-        .unwrap()
-        .get(0)
+    let mut admin = stream(&c);
+    let register = |admin: &mut Client, consumer: &str, lease: &str| -> i64 {
+        admin
+            .query_one(
+                "SELECT retention.register_consumer('stream', $1, $2::text::interval)",
+                &[&consumer, &lease],
+            )
+            .unwrap()
+            .get(0)
     };
-    assert_eq!(pins(&mut db), (0, 70), "no consumer: the window alone");
+    assert_eq!(pins(&mut admin), (0, 70), "no consumer: the window alone");
 
     // Registered and not yet reported: every row stays.
-    let e1 = register(&mut db, "c1", "1 hour");
-    assert_eq!(pins(&mut db), (70, 0));
+    let e1 = register(&mut admin, "c1", "1 hour");
+    assert_eq!(pins(&mut admin), (70, 0));
     assert_eq!(
-        run_stream(&mut db),
+        run_stream(&mut admin),
         (100, 1),
         "nothing deleted before the first report"
     );
 
     // A report pins from its position on; the rows before it go.
-    assert_eq!(report(&mut db, "c1", e1, "40"), "40");
-    assert_eq!(pins(&mut db), (31, 39));
-    assert_eq!(run_stream(&mut db), (61, 40));
+    assert_eq!(report(&mut admin, "c1", e1, "40"), "40");
+    assert_eq!(pins(&mut admin), (31, 39));
+    assert_eq!(run_stream(&mut admin), (61, 40));
 
     // A lower or duplicate report never moves progress back.
-    assert_eq!(report(&mut db, "c1", e1, "35"), "40");
-    assert_eq!(report(&mut db, "c1", e1, "40"), "40");
+    assert_eq!(report(&mut admin, "c1", e1, "35"), "40");
+    assert_eq!(report(&mut admin, "c1", e1, "40"), "40");
     assert_eq!(
         scalar(
-            &mut db,
+            &mut admin,
             "SELECT position::bigint FROM retention.consumers WHERE consumer = 'c1'"
         ),
         40
@@ -1225,21 +1349,21 @@ fn consumer_floors_pin_rows_refuse_stale_epochs_unpin_on_lapse_and_report_bootst
 
     // Registering again is a new epoch: the old one is fenced off, an unissued one refused,
     // and until the new epoch's first report every row stays.
-    let e2 = register(&mut db, "c1", "1 hour");
+    let e2 = register(&mut admin, "c1", "1 hour");
     assert!(e2 > e1);
-    let refused = |db: &mut Client, sql: &str, state: &str, words: &str| {
-        let (s, message) = expect_error(db, sql);
+    let refused = |admin: &mut Client, sql: &str, state: &str, words: &str| {
+        let (s, message) = expect_error(admin, sql);
         assert_eq!(s, state, "{sql}: {message}");
         assert!(message.contains(words), "{sql}: {message}");
     };
     refused(
-        &mut db,
+        &mut admin,
         &format!("SELECT retention.report_position('stream', 'c1', {e1}, '60')"),
         "RT311",
         &format!("epoch {e1} is stale"),
     );
     refused(
-        &mut db,
+        &mut admin,
         &format!(
             "SELECT retention.report_position('stream', 'c1', {}, '60')",
             e2 + 100
@@ -1247,46 +1371,46 @@ fn consumer_floors_pin_rows_refuse_stale_epochs_unpin_on_lapse_and_report_bootst
         "RT311",
         "never issued",
     );
-    assert_eq!(pins(&mut db), (31, 0));
+    assert_eq!(pins(&mut admin), (31, 0));
     // Past the head (the newest row, 100) is refused; so is a value of another type.
     refused(
-        &mut db,
+        &mut admin,
         &format!("SELECT retention.report_position('stream', 'c1', {e2}, '101')"),
         "RT312",
         "past the head 100",
     );
     refused(
-        &mut db,
+        &mut admin,
         &format!("SELECT retention.report_position('stream', 'c1', {e2}, 'ten')"),
         "22P02",
         "bigint",
     );
 
     // Two consumers: the lowest live position pins; the window still applies on top.
-    assert_eq!(report(&mut db, "c1", e2, "95"), "95");
-    let e3 = register(&mut db, "c2", "4 seconds");
-    assert_eq!(report(&mut db, "c2", e3, "45"), "45");
-    assert_eq!(pins(&mut db), (26, 5));
-    assert_eq!(run_stream(&mut db), (56, 45));
+    assert_eq!(report(&mut admin, "c1", e2, "95"), "95");
+    let e3 = register(&mut admin, "c2", "4 seconds");
+    assert_eq!(report(&mut admin, "c2", e3, "45"), "45");
+    assert_eq!(pins(&mut admin), (26, 5));
+    assert_eq!(run_stream(&mut admin), (56, 45));
 
     // A lapsed lease stops pinning, and the lapsed consumer's reports are refused.
     std::thread::sleep(std::time::Duration::from_millis(4500));
     assert_eq!(
-        pins(&mut db),
+        pins(&mut admin),
         (0, 26),
         "c1 at 95 pins nothing inside the window"
     );
     refused(
-        &mut db,
+        &mut admin,
         &format!("SELECT retention.report_position('stream', 'c2', {e3}, '50')"),
         "RT313",
         "lease lapsed",
     );
-    assert_eq!(run_stream(&mut db), (30, 71), "the window keeps 71..100");
+    assert_eq!(run_stream(&mut admin), (30, 71), "the window keeps 71..100");
 
     // Below the oldest surviving row, a consumer must bootstrap.
-    let status = |db: &mut Client, consumer: &str| -> (i64, Option<String>, bool, bool) {
-        let r = db
+    let status = |admin: &mut Client, consumer: &str| -> (i64, Option<String>, bool, bool) {
+        let r = admin
             .query_one(
                 "SELECT epoch, floor, requires_bootstrap, pinning FROM retention.consumer_status('stream', $1)",
                 &[&consumer],
@@ -1294,94 +1418,110 @@ fn consumer_floors_pin_rows_refuse_stale_epochs_unpin_on_lapse_and_report_bootst
             .unwrap();
         (r.get(0), r.get(1), r.get(2), r.get(3))
     };
-    assert_eq!(status(&mut db, "c2"), (e3, Some("45".into()), true, false));
-    assert_eq!(status(&mut db, "c1"), (e2, Some("95".into()), false, true));
+    assert_eq!(
+        status(&mut admin, "c2"),
+        (e3, Some("45".into()), true, false)
+    );
+    assert_eq!(
+        status(&mut admin, "c1"),
+        (e2, Some("95".into()), false, true)
+    );
 
     // Unregistered, a consumer pins nothing; the ledger has every registration.
-    db.batch_execute(
-        "SELECT retention.unregister_consumer('stream', 'c1');
+    admin
+        .batch_execute(
+            "SELECT retention.unregister_consumer('stream', 'c1');
          SELECT retention.unregister_consumer('stream', 'c2');",
-    )
-    .unwrap();
+        )
+        .unwrap();
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.unregister_consumer('stream', 'c1')",
         "42704",
         "not registered",
     );
     refused(
-        &mut db,
+        &mut admin,
         &format!("SELECT retention.report_position('stream', 'c1', {e2}, '96')"),
         "42704",
         "not registered",
     );
     assert_eq!(
-        scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'consumer_register' AND policy = 'stream'"),
+        scalar(&mut admin, "SELECT count(*) FROM retention.ledger WHERE method = 'consumer_register' AND policy = 'stream'"),
         3
     );
     assert_eq!(
-        scalar(&mut db, "SELECT count(*) FROM retention.ledger WHERE method = 'consumer_unregister' AND policy = 'stream'"),
+        scalar(&mut admin, "SELECT count(*) FROM retention.ledger WHERE method = 'consumer_unregister' AND policy = 'stream'"),
         2
     );
 
     // Refusals at registration: no order_by, a delete policy only, a positive lease.
-    db.batch_execute(
-        "CREATE TABLE plain (id int PRIMARY KEY, at timestamptz NOT NULL);
-         SELECT retention.add_policy(name => 'plain', relation => 'plain', kind => 'age',
+    set_up(
+        &c,
+        "CREATE TABLE plain (id int PRIMARY KEY, at timestamptz NOT NULL);",
+    );
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'plain', relation => 'plain', kind => 'age',
                 age_column => 'at', older_than => '1 day');",
-    )
-    .unwrap();
+        )
+        .unwrap();
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.register_consumer('plain', 'c', '1 hour')",
         "22023",
         "has no order_by",
     );
     refused(
-        &mut db,
+        &mut admin,
         "SELECT retention.register_consumer('stream', 'c', '0 seconds')",
         "22023",
         "lease must be a positive interval",
     );
 
     // Reporting needs the right to read the order column (and to be the consumer's reporter).
-    db.batch_execute(
-        "CREATE ROLE reader IN ROLE retention_consumer;
-         SELECT retention.register_consumer('stream', 'c4', '1 hour', 'reader');",
-    )
-    .unwrap();
-    let e4: i64 = db
+    c.execute(
+        "postgres",
+        "CREATE ROLE reader LOGIN IN ROLE retention_consumer;",
+    );
+    admin
+        .batch_execute("SELECT retention.register_consumer('stream', 'c4', '1 hour', 'reader');")
+        .unwrap();
+    let e4: i64 = admin
         .query_one(
             "SELECT epoch FROM retention.consumers WHERE consumer = 'c4'",
             &[],
         )
         .unwrap()
         .get(0);
-    db.batch_execute("SET ROLE reader").unwrap();
+    let mut reader = c.connect_as("postgres", "reader");
     refused(
-        &mut db,
+        &mut reader,
         &format!("SELECT retention.report_position('stream', 'c4', {e4}, '80')"),
         "42501",
         "SELECT on column seq",
     );
-    db.batch_execute("RESET ROLE; GRANT SELECT (seq) ON stream TO reader; SET ROLE reader")
-        .unwrap();
-    assert_eq!(report(&mut db, "c4", e4, "80"), "80");
-    db.batch_execute("RESET ROLE").unwrap();
-    assert_eq!(pins(&mut db), (0, 0));
+    c.execute("postgres", "GRANT SELECT (seq) ON stream TO reader");
+    assert_eq!(report(&mut reader, "c4", e4, "80"), "80");
+    assert_eq!(pins(&mut admin), (0, 0));
 }
 
 #[test]
 fn consumer_floors_pin_keep_latest_and_entity_groups() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
     // Two sources of 10 runs each (seq 1..20, source = seq % 2); keep the newest 2 per source.
-    db.batch_execute(
+    let (mut app, mut admin) = set_up(
+        &c,
         "CREATE TABLE runs (seq bigint PRIMARY KEY, src int NOT NULL, at timestamptz NOT NULL);
-         INSERT INTO runs SELECT s, s % 2, now() - make_interval(days => (21 - s)::int) FROM generate_series(1, 20) s;
-         CREATE TABLE docs (seq bigint PRIMARY KEY, doc int NOT NULL, at timestamptz NOT NULL);
-         INSERT INTO docs SELECT s, (s - 1) / 5, now() - make_interval(days => (101 - s)::int) FROM generate_series(1, 100) s;
-         SELECT retention.add_policy(name => 'runs', relation => 'runs', kind => 'keep_latest',
+         CREATE TABLE docs (seq bigint PRIMARY KEY, doc int NOT NULL, at timestamptz NOT NULL);",
+    );
+    app.batch_execute(
+        "INSERT INTO runs SELECT s, s % 2, now() - make_interval(days => (21 - s)::int) FROM generate_series(1, 20) s;
+         INSERT INTO docs SELECT s, (s - 1) / 5, now() - make_interval(days => (101 - s)::int) FROM generate_series(1, 100) s;",
+    )
+    .unwrap();
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'runs', relation => 'runs', kind => 'keep_latest',
                 group_by => ARRAY['src'], order_by => 'seq', keep => 2);
          SELECT retention.add_policy(name => 'docs', relation => 'docs', kind => 'entity',
                 group_by => ARRAY['doc'], age_column => 'at', older_than => '30 days', order_by => 'seq');
@@ -1390,15 +1530,15 @@ fn consumer_floors_pin_keep_latest_and_entity_groups() {
     )
     .unwrap();
     // keep_latest: 16 rows past the newest 2 per source, of which 1..8 are below the floor.
-    assert_eq!(eligible_pinned_deleted(&mut db, "runs"), (16, 8, 8));
+    assert_eq!(eligible_pinned_deleted(&mut admin, "runs"), (16, 8, 8));
     // entity: docs 0..13 (seq 1..70) expired; the group holding seq 33 (doc 6, seq 31..35) and
     // every later one stay whole.
-    assert_eq!(eligible_pinned_deleted(&mut db, "docs"), (70, 40, 30));
-    db.batch_execute("CALL retention.run()").unwrap();
-    assert_eq!(scalar(&mut db, "SELECT min(seq) FROM runs"), 9);
-    assert_eq!(scalar(&mut db, "SELECT count(*) FROM runs"), 12);
-    assert_eq!(scalar(&mut db, "SELECT min(seq) FROM docs"), 31);
-    assert_eq!(scalar(&mut db, "SELECT count(*) FROM docs"), 70);
+    assert_eq!(eligible_pinned_deleted(&mut admin, "docs"), (70, 40, 30));
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(scalar(&mut admin, "SELECT min(seq) FROM runs"), 9);
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM runs"), 12);
+    assert_eq!(scalar(&mut admin, "SELECT min(seq) FROM docs"), 31);
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM docs"), 70);
 }
 
 #[test]
@@ -1409,24 +1549,29 @@ fn max_wal_rate_paces_a_run_and_ledgers_its_pauses() {
         // Only the WAL budget's pauses here (adaptive pacing has its own test).
         "pg_retention.adaptive_pacing = off",
     ]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
-        "CREATE TABLE feed (id bigserial PRIMARY KEY, at timestamptz NOT NULL, body text);
-         INSERT INTO feed (at, body) SELECT now() - interval '40 days', repeat('x', 100) FROM generate_series(1, 8000);
-         SELECT retention.add_policy(name => 'feed', relation => 'feed', kind => 'age', age_column => 'at',
-                older_than => '30 days', batch_size => 500);
-         CHECKPOINT;",
+    let (mut app, mut admin) = set_up(
+        &c,
+        "CREATE TABLE feed (id bigserial PRIMARY KEY, at timestamptz NOT NULL, body text);",
+    );
+    app.batch_execute(
+        "INSERT INTO feed (at, body) SELECT now() - interval '40 days', repeat('x', 100) FROM generate_series(1, 8000);",
     )
     .unwrap();
-    let lsn_before: String = db
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'feed', relation => 'feed', kind => 'age', age_column => 'at',
+                older_than => '30 days', batch_size => 500);",
+    )
+    .unwrap();
+    c.execute("postgres", "CHECKPOINT;");
+    let lsn_before: String = admin
         .query_one("SELECT pg_current_wal_lsn()::text", &[])
         .unwrap()
         .get(0);
     let started = std::time::Instant::now();
-    db.batch_execute("CALL retention.run('feed')").unwrap();
+    admin.batch_execute("CALL retention.run('feed')").unwrap();
     let elapsed = started.elapsed().as_secs_f64();
-    assert_eq!(count(&mut db, "SELECT count(*) FROM feed"), 0);
-    let wal: f64 = db
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM feed"), 0);
+    let wal: f64 = admin
         .query_one(
             "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)::float8",
             &[&lsn_before],
@@ -1442,7 +1587,7 @@ fn max_wal_rate_paces_a_run_and_ledgers_its_pauses() {
         "{wal} bytes of WAL in {elapsed:.2} s at {rate} B/s (expected at least {floor:.2} s)"
     );
     let (pauses, seconds): (i64, f64) = {
-        let r = db
+        let r = admin
             .query_one(
                 "SELECT count(*), coalesce(sum((detail->>'seconds')::float8), 0) FROM retention.ledger
                   WHERE method = 'pause' AND detail->>'reason' = 'wal_rate'",
@@ -1454,7 +1599,7 @@ fn max_wal_rate_paces_a_run_and_ledgers_its_pauses() {
     assert!(pauses >= 1 && seconds > 0.0, "{pauses} pauses, {seconds} s");
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT pauses_total FROM retention.stats WHERE policy = 'feed'"
         ),
         pauses
@@ -1491,19 +1636,24 @@ fn adaptive_pacing_shrinks_steps_whose_flush_is_slow_and_ledgers_its_pauses_once
         "wal_writer_flush_after = '1GB'",
         "bgwriter_lru_maxpages = 0",
     ]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
-        "CREATE TABLE feed (id bigserial PRIMARY KEY, at timestamptz NOT NULL, body text);
-         INSERT INTO feed (at, body) SELECT now() - interval '40 days', repeat(md5(g::text), 30)
-           FROM generate_series(1, 100000) g;
-         SELECT retention.add_policy(name => 'feed', relation => 'feed', kind => 'age', age_column => 'at',
-                older_than => '30 days', batch_size => 20000);
-         CHECKPOINT;",
+    let (mut app, mut admin) = set_up(
+        &c,
+        "CREATE TABLE feed (id bigserial PRIMARY KEY, at timestamptz NOT NULL, body text);",
+    );
+    app.batch_execute(
+        "INSERT INTO feed (at, body) SELECT now() - interval '40 days', repeat(md5(g::text), 30)
+           FROM generate_series(1, 100000) g;",
     )
     .unwrap();
-    db.batch_execute("CALL retention.run('feed')").unwrap();
-    assert_eq!(count(&mut db, "SELECT count(*) FROM feed"), 0);
-    let paced = last_run_paced(&mut db);
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'feed', relation => 'feed', kind => 'age', age_column => 'at',
+                older_than => '30 days', batch_size => 20000);",
+    )
+    .unwrap();
+    c.execute("postgres", "CHECKPOINT;");
+    admin.batch_execute("CALL retention.run('feed')").unwrap();
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM feed"), 0);
+    let paced = last_run_paced(&mut admin);
     let pauses = paced["pauses"].as_i64().unwrap();
     assert!(pauses >= 1, "{paced}");
     assert!(paced["max_flush_ms"].as_f64().unwrap() > 0.1, "{paced}");
@@ -1511,7 +1661,7 @@ fn adaptive_pacing_shrinks_steps_whose_flush_is_slow_and_ledgers_its_pauses_once
     // The steps shrank: some prune deleted fewer rows than batch_size before the last one.
     assert!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM (SELECT rows, lead(id) OVER (ORDER BY id) AS next
                                      FROM retention.ledger WHERE method = 'prune') b
               WHERE rows < 20000 AND next IS NOT NULL"
@@ -1519,7 +1669,7 @@ fn adaptive_pacing_shrinks_steps_whose_flush_is_slow_and_ledgers_its_pauses_once
     );
     // One pause record for the run, with the run's count and seconds, counted by the stats.
     let (records, ledgered, seconds): (i64, i64, f64) = {
-        let r = db
+        let r = admin
             .query_one(
                 "SELECT count(*), sum((detail->>'pauses')::bigint)::bigint, sum((detail->>'seconds')::float8)
                    FROM retention.ledger WHERE method = 'pause' AND detail->>'reason' = 'adaptive'",
@@ -1532,35 +1682,40 @@ fn adaptive_pacing_shrinks_steps_whose_flush_is_slow_and_ledgers_its_pauses_once
     assert!(seconds > 0.0);
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT pauses_total FROM retention.stats WHERE policy = 'feed'"
         ),
         pauses
     );
 
     // Off: steps of batch_size back to back, no pause.
-    db.batch_execute(
+    app.batch_execute(
         "INSERT INTO feed (at, body) SELECT now() - interval '40 days', repeat(md5(g::text), 30)
            FROM generate_series(1, 60000) g;",
     )
     .unwrap();
-    db.batch_execute("SET pg_retention.adaptive_pacing = off")
-        .unwrap();
-    db.batch_execute("CALL retention.run('feed')").unwrap();
-    assert_eq!(count(&mut db, "SELECT count(*) FROM feed"), 0);
-    let last = last_run_paced(&mut db);
+    // Superuser-settable only (docs/configuration.md): the superuser sets it for the admin's
+    // sessions, and the admin connects again.
+    c.execute(
+        "postgres",
+        "ALTER ROLE admin SET pg_retention.adaptive_pacing = off",
+    );
+    let mut admin = c.admin("postgres");
+    admin.batch_execute("CALL retention.run('feed')").unwrap();
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM feed"), 0);
+    let last = last_run_paced(&mut admin);
     assert_eq!(last["pauses"], 0, "{last}");
     assert!(last["step_rows"].is_null(), "{last}");
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM retention.ledger WHERE method = 'pause'"
         ),
         1
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM (SELECT rows FROM retention.ledger WHERE method = 'prune' ORDER BY id DESC LIMIT 3) b
               WHERE rows = 20000"
         ),
@@ -1571,51 +1726,57 @@ fn adaptive_pacing_shrinks_steps_whose_flush_is_slow_and_ledgers_its_pauses_once
 #[test]
 fn a_shared_chunk_goes_only_with_its_last_reference_and_the_ledger_records_the_check() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
     // Chunk 1 is shared by both sources, chunk 2 used by src_a only, chunk 3 by nobody, chunk 4
     // by nobody but still inside the grace.
-    db.batch_execute(
+    let (mut app, mut admin) = set_up(
+        &c,
         "CREATE TABLE chunks (id int PRIMARY KEY, created_at timestamptz NOT NULL);
          CREATE TABLE src_a (id int PRIMARY KEY, chunk_id int NOT NULL REFERENCES chunks);
-         CREATE TABLE src_b (id int PRIMARY KEY, chunk_id int NOT NULL REFERENCES chunks ON DELETE RESTRICT);
-         INSERT INTO chunks VALUES (1, now() - interval '3 days'), (2, now() - interval '3 days'),
+         CREATE TABLE src_b (id int PRIMARY KEY, chunk_id int NOT NULL REFERENCES chunks ON DELETE RESTRICT);",
+    );
+    app.batch_execute(
+        "INSERT INTO chunks VALUES (1, now() - interval '3 days'), (2, now() - interval '3 days'),
                                    (3, now() - interval '3 days'), (4, now());
          INSERT INTO src_a VALUES (1, 1), (2, 2);
-         INSERT INTO src_b VALUES (1, 1);
-         SELECT retention.add_policy(name => 'chunks', relation => 'chunks', kind => 'unreferenced',
+         INSERT INTO src_b VALUES (1, 1);",
+    )
+    .unwrap();
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'chunks', relation => 'chunks', kind => 'unreferenced',
                 age_column => 'created_at', older_than => '1 day');",
     )
     .unwrap();
-    let chunks = |db: &mut Client| -> Vec<i32> {
-        db.query("SELECT id FROM chunks ORDER BY id", &[])
+    let chunks = |admin: &mut Client| -> Vec<i32> {
+        admin
+            .query("SELECT id FROM chunks ORDER BY id", &[])
             .unwrap()
             .iter()
             .map(|r| r.get(0))
             .collect()
     };
-    let run = |db: &mut Client| db.batch_execute("CALL retention.run('chunks')").unwrap();
+    let run = |admin: &mut Client| admin.batch_execute("CALL retention.run('chunks')").unwrap();
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT would_delete FROM retention.preview('chunks')"
         ),
         1
     );
-    run(&mut db);
+    run(&mut admin);
     assert_eq!(
-        chunks(&mut db),
+        chunks(&mut admin),
         vec![1, 2, 4],
         "only the old unreferenced chunk went"
     );
     // One source expires its rows: the chunk only it used goes, the shared one stays.
-    db.batch_execute("DELETE FROM src_a").unwrap();
-    run(&mut db);
-    assert_eq!(chunks(&mut db), vec![1, 4]);
+    app.batch_execute("DELETE FROM src_a").unwrap();
+    run(&mut admin);
+    assert_eq!(chunks(&mut admin), vec![1, 4]);
     // Both did: the shared chunk goes too; the fresh one stays inside its grace.
-    db.batch_execute("DELETE FROM src_b").unwrap();
-    run(&mut db);
-    assert_eq!(chunks(&mut db), vec![4]);
-    let checked: Vec<String> = db
+    app.batch_execute("DELETE FROM src_b").unwrap();
+    run(&mut admin);
+    assert_eq!(chunks(&mut admin), vec![4]);
+    let checked: Vec<String> = admin
         .query(
             "SELECT DISTINCT jsonb_array_elements_text(detail->'references_checked') FROM retention.ledger
               WHERE method = 'prune' AND policy = 'chunks' ORDER BY 1",
@@ -1628,24 +1789,24 @@ fn a_shared_chunk_goes_only_with_its_last_reference_and_the_ledger_records_the_c
     assert_eq!(checked, vec!["public.src_a", "public.src_b"]);
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM retention.ledger WHERE method = 'prune' AND policy = 'chunks'"
         ),
         3
     );
     // Refused: a table nothing references, and a key that would cascade.
-    db.batch_execute(
+    set_up(
+        &c,
         "CREATE TABLE lonely (id int PRIMARY KEY, at timestamptz NOT NULL);
          CREATE TABLE blobs (id int PRIMARY KEY, at timestamptz NOT NULL);
          CREATE TABLE users_of_blobs (id int PRIMARY KEY, blob int REFERENCES blobs ON DELETE CASCADE);",
-    )
-    .unwrap();
+    );
     for (table, words) in [
         ("lonely", "no foreign key references public.lonely"),
         ("blobs", "does not refuse deletes"),
     ] {
         let (state, message) = expect_error(
-            &mut db,
+            &mut admin,
             &format!(
                 "SELECT retention.add_policy(name => '{table}', relation => '{table}', kind => 'unreferenced',
                         age_column => 'at', older_than => '1 day')"
@@ -1659,32 +1820,39 @@ fn a_shared_chunk_goes_only_with_its_last_reference_and_the_ledger_records_the_c
 #[test]
 fn the_orphan_kind_removes_only_dead_provisional_rows_past_the_ttl() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    let (mut app, mut admin) = set_up(
+        &c,
         "CREATE TABLE sessions (id int PRIMARY KEY, expires_at timestamptz NOT NULL);
-         INSERT INTO sessions VALUES (1, now() + interval '1 hour'), (2, now() - interval '1 hour');
-         CREATE TABLE uploads (id int PRIMARY KEY, session_id int, state text NOT NULL, created_at timestamptz NOT NULL);
+         CREATE TABLE uploads (id int PRIMARY KEY, session_id int, state text NOT NULL, created_at timestamptz NOT NULL);",
+    );
+    app.batch_execute(
+        "INSERT INTO sessions VALUES (1, now() + interval '1 hour'), (2, now() - interval '1 hour');
          INSERT INTO uploads VALUES
              (1, 1, 'provisional', now() - interval '3 hours'),  -- live lease: stays
              (2, 2, 'provisional', now() - interval '3 hours'),  -- dead lease, past the TTL: goes
              (3, 2, 'provisional', now()),                       -- dead lease, fresh: stays
              (4, 2, 'committed',   now() - interval '3 hours'),  -- not provisional: stays
              (5, 9, 'provisional', now() - interval '3 hours'),  -- no lease at all: goes
-             (6, NULL, 'provisional', now() - interval '3 hours'); -- owned by nothing: goes
-         SELECT retention.add_policy(name => 'orphans', relation => 'uploads', kind => 'orphan',
+             (6, NULL, 'provisional', now() - interval '3 hours'); -- owned by nothing: goes",
+    )
+    .unwrap();
+    admin.batch_execute(
+        "SELECT retention.add_policy(name => 'orphans', relation => 'uploads', kind => 'orphan',
                 scope => $$state = 'provisional'$$, age_column => 'created_at', older_than => '1 hour',
                 lease_table => 'sessions', lease_key => ARRAY['session_id'], lease_expiry => 'expires_at');",
     )
     .unwrap();
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT would_delete FROM retention.preview('orphans')"
         ),
         3
     );
-    db.batch_execute("CALL retention.run('orphans')").unwrap();
-    let left: Vec<i32> = db
+    admin
+        .batch_execute("CALL retention.run('orphans')")
+        .unwrap();
+    let left: Vec<i32> = admin
         .query("SELECT id FROM uploads ORDER BY id", &[])
         .unwrap()
         .iter()
@@ -1692,22 +1860,24 @@ fn the_orphan_kind_removes_only_dead_provisional_rows_past_the_ttl() {
         .collect();
     assert_eq!(left, vec![1, 3, 4]);
     assert_eq!(
-        count(&mut db, "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'orphan_sweep'"),
+        count(&mut admin, "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'orphan_sweep'"),
         3
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT rows_pruned_total FROM retention.stats WHERE policy = 'orphans'"
         ),
         3
     );
     // The lease is checked when the rows are deleted: once session 1 ends, its upload goes.
-    db.batch_execute("UPDATE sessions SET expires_at = now() - interval '1 second' WHERE id = 1")
+    app.batch_execute("UPDATE sessions SET expires_at = now() - interval '1 second' WHERE id = 1")
         .unwrap();
-    db.batch_execute("CALL retention.run('orphans')").unwrap();
+    admin
+        .batch_execute("CALL retention.run('orphans')")
+        .unwrap();
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM uploads WHERE id = 1"),
+        count(&mut admin, "SELECT count(*) FROM uploads WHERE id = 1"),
         0
     );
     // Refusals: a lease key of the wrong arity, no provisional predicate, a lease on another kind.
@@ -1722,7 +1892,7 @@ fn the_orphan_kind_removes_only_dead_provisional_rows_past_the_ttl() {
          "apply to orphan policies"),
     ] {
         let (state, message) = expect_error(
-            &mut db,
+            &mut admin,
             &format!("SELECT retention.add_policy(name => 'x', relation => 'uploads', {sql})"),
         );
         assert_eq!(state, "22023", "{message}");
@@ -1736,27 +1906,34 @@ fn the_orphan_kind_removes_only_dead_provisional_rows_past_the_ttl() {
 #[test]
 fn an_interrupted_run_does_not_keep_its_lock_past_the_sessions_next_run() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    let (mut app, mut admin) = set_up(
+        &c,
         "CREATE FUNCTION public.slow(int) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
          BEGIN PERFORM pg_catalog.pg_sleep(0.2); RETURN true; END $$;
-         CREATE TABLE t (id int PRIMARY KEY, created_at timestamptz NOT NULL);
-         INSERT INTO t SELECT g, now() - interval '90 days' FROM generate_series(1, 50) g;
-         SELECT retention.add_policy(name => 't', relation => 't', kind => 'age',
-                age_column => 'created_at', older_than => '30 days', scope => 'public.slow(id)');",
+         CREATE TABLE t (id int PRIMARY KEY, created_at timestamptz NOT NULL);",
+    );
+    app.batch_execute(
+        "INSERT INTO t SELECT g, now() - interval '90 days' FROM generate_series(1, 50) g;",
     )
     .unwrap();
-    let mut a = c.connect("postgres");
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 't', relation => 't', kind => 'age',
+                age_column => 'created_at', older_than => '30 days', scope => 'public.slow(id)');",
+        )
+        .unwrap();
+    let mut a = c.admin("postgres");
     a.batch_execute("SET statement_timeout = '500ms'").unwrap();
     let (code, _) = expect_error(&mut a, "CALL retention.run('t')");
     assert_eq!(code, "57014");
     let held =
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()";
-    assert_eq!(scalar(&mut db, held), 1, "the interrupted run's lock");
-    db.batch_execute("SELECT retention.alter_policy(name => 't', scope => 'true')")
+    assert_eq!(scalar(&mut admin, held), 1, "the interrupted run's lock");
+    admin
+        .batch_execute("SELECT retention.alter_policy(name => 't', scope => 'true')")
         .unwrap();
     a.batch_execute("RESET statement_timeout").unwrap();
     a.batch_execute("CALL retention.run('t')").unwrap();
-    assert_eq!(scalar(&mut db, "SELECT count(*) FROM t"), 0);
-    assert_eq!(scalar(&mut db, held), 0, "no lock left in the session");
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM t"), 0);
+    assert_eq!(scalar(&mut admin, held), 0, "no lock left in the session");
 }
