@@ -31,15 +31,31 @@ fn run_actor() -> String {
 /// Runs one part of a run (its start, a step, its close) in a subtransaction whose error comes
 /// back as a value. In the worker, under `pg_retention.step_timeout` (and `statement_timeout`):
 /// a part past it is cancelled, and the cancel comes back as its error (57014).
-fn bounded<T>(f: impl FnOnce() -> Result<T>) -> Result<std::result::Result<T, subxact::Failure>> {
+fn bounded<T>(
+    f: impl FnOnce() -> Result<T>,
+    unkept: Unkept,
+) -> Result<std::result::Result<T, subxact::Failure>> {
     if !crate::worker::in_worker() {
-        return subxact::or_error(f);
+        return match unkept {
+            Unkept::Yes => subxact::or_error_or_cancel(f),
+            Unkept::No => subxact::or_error(f),
+        };
     }
     let ms = crate::gucs::step_timeout_ms();
     if ms <= 0 {
         return subxact::or_error_or_cancel(f);
     }
     crate::timeout::within(ms, || subxact::or_error_or_cancel(f))
+}
+
+/// Whether the pruner lock is held while the run is not kept in this backend (its start and
+/// its close): a cancel there is caught too, so the lock is let go of before it is raised
+/// again. Between them a cancelled step leaves a kept run, whose lock the session's next run
+/// of the policy releases.
+#[derive(Clone, Copy)]
+enum Unkept {
+    Yes,
+    No,
 }
 
 /// Takes the policy's pruner lock (a session lock: it outlives the commits between steps).
@@ -93,7 +109,10 @@ fn begin(
         )?;
         return Ok(None);
     }
-    match bounded(|| sweep::start(policy_id, &expected, cycle_remaining))? {
+    match bounded(
+        || sweep::start(policy_id, &expected, cycle_remaining),
+        Unkept::Yes,
+    )? {
         Ok(state) => Ok(Some(view(&runs::keep(state))?)),
         Err(failure) => {
             // A rollback does not release a session lock: let go of it on every way out.
@@ -155,7 +174,7 @@ fn step_safe(token: u64) -> Result<SweepState> {
     }
     let before = pacing::wal_written();
     prepared::commit_unflushed()?;
-    let next = match bounded(|| sweep::step(state.clone()))? {
+    let next = match bounded(|| sweep::step(state.clone()), Unkept::No)? {
         Ok(mut next) => {
             next.step_wal_bytes = pacing::wal_written() - before;
             next.paced.step_ended();
@@ -220,7 +239,7 @@ fn _run_pace(state: pgrx::JsonB) -> pgrx::JsonB {
 fn end(token: u64, contained: bool) -> Result<pgrx::JsonB> {
     let state = runs::take(token)?;
     let policy_id = state.policy_id;
-    let closed = bounded(|| sweep::finish(state.clone()))?;
+    let closed = bounded(|| sweep::finish(state.clone()), Unkept::Yes)?;
     let closed = match closed {
         Ok(closed) => closed,
         Err(failure) => {
