@@ -1010,8 +1010,7 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
 -- a superuser: their own steps and state, nothing else (a policy still runs as its owner).
 GRANT EXECUTE ON FUNCTION retention._run_order(text), retention._lock_key(bigint),
     retention._run_begin(bigint, text, bigint, boolean), retention._sweep_step_safe(jsonb),
-    retention._run_end(jsonb, boolean), retention._pace(bigint),
-    retention._ledger_pause(bigint, text, float8, text), retention._worker_started(bigint),
+    retention._run_pace(jsonb), retention._run_end(jsonb, boolean), retention._worker_started(bigint),
     retention._worker_set(text, text, float8), retention._worker_pause(text, text),
     retention._worker_wake_pending(), retention._worker_cycle_cap(bigint, text[])
     TO retention_worker;

@@ -666,7 +666,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_complete_batch_wrapper';
 
--- pg_retention/src/api/consumer.rs:320
+-- pg_retention/src/api/consumer.rs:313
 -- pg_retention::api::consumer::_consumer_status
 CREATE OR REPLACE FUNCTION "_consumer_status"(
 	"policy" TEXT, /* & str */
@@ -783,16 +783,6 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_overdue_wrapper';
 
--- pg_retention/src/api/sweep.rs:267
--- pg_retention::api::sweep::_pace
-CREATE OR REPLACE FUNCTION "_pace"(
-	"wal_bytes" bigint /* i64 */
-) RETURNS jsonb /* pgrx :: JsonB */
-STRICT SECURITY DEFINER
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_pace_wrapper';
-
 -- pg_retention/src/api/hold.rs:52
 -- pg_retention::api::hold::_place_hold
 CREATE OR REPLACE FUNCTION "_place_hold"(
@@ -860,7 +850,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_release_batch_wrapper';
 
--- pg_retention/src/api/consumer.rs:249
+-- pg_retention/src/api/consumer.rs:242
 -- pg_retention::api::consumer::_report_position
 CREATE OR REPLACE FUNCTION "_report_position"(
 	"policy" TEXT, /* & str */
@@ -873,7 +863,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_report_position_wrapper';
 
--- pg_retention/src/api/sweep.rs:124
+-- pg_retention/src/api/sweep.rs:143
 -- pg_retention::api::sweep::_run_begin
 CREATE OR REPLACE FUNCTION "_run_begin"(
 	"policy_id" bigint, /* Option < i64 > */
@@ -885,7 +875,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_begin_wrapper';
 
--- pg_retention/src/api/sweep.rs:255
+-- pg_retention/src/api/sweep.rs:275
 -- pg_retention::api::sweep::_run_end
 CREATE OR REPLACE FUNCTION "_run_end"(
 	"state" jsonb, /* pgrx :: JsonB */
@@ -896,7 +886,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_end_wrapper';
 
--- pg_retention/src/api/sweep.rs:213
+-- pg_retention/src/api/sweep.rs:233
 -- pg_retention::api::sweep::_run_pace
 CREATE OR REPLACE FUNCTION "_run_pace"(
 	"state" jsonb /* pgrx :: JsonB */
@@ -977,7 +967,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_supersession_unaffected_wrapper';
 
--- pg_retention/src/api/sweep.rs:170
+-- pg_retention/src/api/sweep.rs:189
 -- pg_retention::api::sweep::_sweep_step_safe
 CREATE OR REPLACE FUNCTION "_sweep_step_safe"(
 	"state" jsonb /* pgrx :: JsonB */
@@ -996,7 +986,7 @@ STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_tree_of_wrapper';
 
--- pg_retention/src/api/consumer.rs:272
+-- pg_retention/src/api/consumer.rs:265
 -- pg_retention::api::consumer::_unregister_consumer
 CREATE OR REPLACE FUNCTION "_unregister_consumer"(
 	"policy" TEXT, /* & str */
@@ -2072,8 +2062,7 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
 -- a superuser: their own steps and state, nothing else (a policy still runs as its owner).
 GRANT EXECUTE ON FUNCTION retention._run_order(text), retention._lock_key(bigint),
     retention._run_begin(bigint, text, bigint, boolean), retention._sweep_step_safe(jsonb),
-    retention._run_end(jsonb, boolean), retention._pace(bigint),
-    retention._ledger_pause(bigint, text, float8, text), retention._worker_started(bigint),
+    retention._run_pace(jsonb), retention._run_end(jsonb, boolean), retention._worker_started(bigint),
     retention._worker_set(text, text, float8), retention._worker_pause(text, text),
     retention._worker_wake_pending(), retention._worker_cycle_cap(bigint, text[])
     TO retention_worker;

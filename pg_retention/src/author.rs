@@ -114,6 +114,15 @@ pub fn role_name(role: u32) -> String {
     }
 }
 
+/// Whether role `role` is a member of role `of`, with its privileges (may act as it: own its
+/// tables, report as it).
+pub fn member_of(role: u32, of: u32) -> Result<bool> {
+    Ok(Spi::get_one_with_args::<bool>(
+        "SELECT pg_catalog.pg_has_role($1::bigint::oid, $2::bigint::oid, 'USAGE')",
+        &[i64::from(role).into(), i64::from(of).into()],
+    )? == Some(true))
+}
+
 /// What a policy's owner needs on its table: SELECT and DELETE (the sweep reads and deletes as
 /// the owner), and for an archive policy UPDATE as well (a claim locks its rows `FOR UPDATE`,
 /// which PostgreSQL allows only to roles that may update them).

@@ -179,14 +179,7 @@ fn _register_consumer(
 /// Refuses (42501) a caller who is not a member of the consumer's reporter role: a consumer's
 /// position is its own, or another could report it past rows it never read.
 fn check_reporter(policy: &str, consumer: &str, reg: &Registration) -> Result<()> {
-    let member = Spi::get_one_with_args::<bool>(
-        "SELECT pg_catalog.pg_has_role($1::bigint::oid, $2::bigint::oid, 'USAGE')",
-        &[
-            i64::from(caller_oid()).into(),
-            i64::from(reg.reporter).into(),
-        ],
-    )?;
-    if member == Some(true) {
+    if crate::author::member_of(caller_oid(), reg.reporter)? {
         return Ok(());
     }
     Err(RetentionError::Privilege {

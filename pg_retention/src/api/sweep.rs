@@ -228,7 +228,8 @@ fn run_pace(token: u64) -> Result<pgrx::JsonB> {
     Ok(pgrx::JsonB(serde_json::to_value(pace)?))
 }
 
-/// Pacing of the run whose state is given: `{pause, reason, ...}` as `_pace` says it.
+/// Pacing of the run whose state is given, for `CALL retention.run()` and the worker alike:
+/// `{pause, reason, replica_lag_ms, wal_tokens}` (`engine/pacing.rs::pace`).
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _run_pace(state: pgrx::JsonB) -> pgrx::JsonB {
@@ -277,17 +278,5 @@ fn _run_end(state: pgrx::JsonB, contained: bool) -> pgrx::JsonB {
     crate::identity::refuse_restricted().or_report();
     runs::token_of(&state.0)
         .and_then(|token| end(token, contained))
-        .or_report()
-}
-
-/// Whether the next step of a sweep must wait (`pause` seconds, then ask again with `wal_bytes`
-/// 0) and why, after charging the WAL the last step wrote to the database's budget:
-/// `{pause, reason, replica_lag_ms, wal_tokens}`. The worker's pacing.
-#[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
-fn _pace(wal_bytes: i64) -> pgrx::JsonB {
-    crate::identity::refuse_restricted().or_report();
-    pacing::pace(wal_bytes)
-        .and_then(|p| Ok(pgrx::JsonB(serde_json::to_value(p)?)))
         .or_report()
 }

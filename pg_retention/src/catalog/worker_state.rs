@@ -54,14 +54,6 @@ pub fn record_pause(policy: String, reason: String) -> Result<(), SpiError> {
     )
 }
 
-/// Ledgers a pause of the sweep of policy `policy_id` once it is over.
-pub fn ledger_pause(policy_id: i64, reason: String, seconds: f64) -> Result<(), SpiError> {
-    Spi::run_with_args(
-        "SELECT retention._ledger_pause($1, $2, $3, 'worker')",
-        &[policy_id.into(), reason.into(), seconds.into()],
-    )
-}
-
 /// Whether `retention.wake()` asked for a cycle since the last one started.
 pub fn wake_pending() -> Result<Option<bool>, SpiError> {
     Spi::get_one::<bool>("SELECT retention._worker_wake_pending()")

@@ -64,7 +64,7 @@ pub fn whole_leaf(
     {
         return Ok(None);
     }
-    if !member_of(policy.owner, leaf.owner)? {
+    if !crate::author::member_of(policy.owner, leaf.owner)? {
         return Ok(None);
     }
     let (Some(age), Some(cutoff)) = (policy.age_column.as_deref(), elig.cutoff()) else {
@@ -252,14 +252,6 @@ fn in_time(owner: u32, sql: &str) -> Result<Attempt<()>> {
     })
 }
 
-/// Whether role `role` is a member of role `of` (may act as its tables' owner).
-fn member_of(role: u32, of: u32) -> Result<bool> {
-    Ok(Spi::get_one_with_args::<bool>(
-        "SELECT pg_catalog.pg_has_role($1::bigint::oid, $2::bigint::oid, 'USAGE')",
-        &[i64::from(role).into(), i64::from(of).into()],
-    )? == Some(true))
-}
-
 /// Relation `oid`'s quoted, schema-qualified name as it is now; None when it is gone.
 fn qualified_now(oid: u32) -> Result<Option<String>> {
     Ok(Spi::get_one_with_args::<String>(
@@ -276,7 +268,7 @@ pub fn may_detach(owner: u32, leaf: &Leaf) -> Result<bool> {
     let (Some(_), Some(parent_owner)) = (&leaf.parent, leaf.parent_owner) else {
         return Ok(false);
     };
-    member_of(owner, parent_owner)
+    crate::author::member_of(owner, parent_owner)
 }
 
 /// Detaches `leaf`, proven by [`prove`] in this transaction, from its partitioned table as

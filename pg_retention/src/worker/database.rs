@@ -97,10 +97,13 @@ fn is_done(state: &Value) -> bool {
     state.get("done").and_then(Value::as_bool).unwrap_or(true)
 }
 
-/// What `retention._pace` says of the next step: seconds to wait (0: go on) and why.
-fn pace_now(wal_bytes: i64) -> (f64, Option<String>) {
-    let answer = step("_pace", move || {
-        Spi::get_one_with_args::<pgrx::JsonB>("SELECT retention._pace($1)", &[wal_bytes.into()])
+/// What `retention._run_pace` says of the run's next step: seconds to wait (0: go on) and why.
+/// The first call after a step charges the step's WAL; the call that says go on after a pause
+/// ledgers the pause (the same pacing as `CALL retention.run()`'s).
+fn pace_now(state: &Value) -> (f64, Option<String>) {
+    let state = pgrx::JsonB(state.clone());
+    let answer = step("_run_pace", move || {
+        Spi::get_one_with_args::<pgrx::JsonB>("SELECT retention._run_pace($1)", &[state.into()])
     });
     let Some(answer) = answer else {
         // Pacing could not be read (logged): go on rather than stall the sweep on it.
@@ -114,16 +117,15 @@ fn pace_now(wal_bytes: i64) -> (f64, Option<String>) {
     (pause, reason)
 }
 
-/// Waits between two steps of the sweep of policy `id` for as long as pacing asks, visible in
-/// `retention.workers` meanwhile, and ledgers the pause. False when SIGTERM came meanwhile.
-fn pace(id: i64, name: &str, wal_bytes: i64) -> bool {
-    let (mut pause, reason) = pace_now(wal_bytes);
+/// Waits between two steps of the sweep of policy `name` (its run's `state`) for as long as
+/// pacing asks, visible in `retention.workers` meanwhile. False when SIGTERM came meanwhile.
+fn pace(name: &str, state: &Value) -> bool {
+    let (mut pause, reason) = pace_now(state);
     if pause <= 0.0 {
         return true;
     }
-    let reason = reason.unwrap_or_else(|| "pacing".into());
-    let started = Instant::now();
-    let (policy, why) = (name.to_owned(), reason.clone());
+    let why = reason.unwrap_or_else(|| "pacing".into());
+    let policy = name.to_owned();
     if let Err(e) = tx(move || worker_state::record_pause(policy, why)) {
         warning!("pg_retention: could not record the pause: {e}");
     }
@@ -132,11 +134,7 @@ fn pace(id: i64, name: &str, wal_bytes: i64) -> bool {
         if !waited || BackgroundWorker::sigterm_received() {
             return false;
         }
-        pause = pace_now(0).0;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    if let Err(e) = tx(move || worker_state::ledger_pause(id, reason, seconds)) {
-        warning!("pg_retention: could not ledger the pause: {e}");
+        pause = pace_now(state).0;
     }
     set_state(WorkerState::Sweeping, Some(name), None);
     true
@@ -185,19 +183,13 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
                 break;
             }
         }
-        if !is_done(&state) {
-            let wal = state
-                .get("step_wal_bytes")
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            if !pace(id, name, wal) {
-                stopping = true;
-                stop(
-                    Outcome::Stopped,
-                    "worker received SIGTERM while paused between batches",
-                );
-                break;
-            }
+        if !is_done(&state) && !pace(name, &state) {
+            stopping = true;
+            stop(
+                Outcome::Stopped,
+                "worker received SIGTERM while paused between batches",
+            );
+            break;
         }
     }
     let deleted = state.get("deleted").and_then(Value::as_i64).unwrap_or(0);
