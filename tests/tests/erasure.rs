@@ -3,6 +3,15 @@
 //! that the real archiver (`once`) carries out: the slice rewritten without the erased rows,
 //! read back and verified, recorded, and only then the original objects deleted. A crash at
 //! each of those steps leaves a state the next pass completes, with nothing lost.
+//!
+//! Production roles throughout: tables are made by the superuser in set-up, application rows
+//! are written by `app` (table privileges only), policies and holds are `admin`'s (a member of
+//! `retention_admin`, not a superuser, who also reads the tables and views for the assertions),
+//! erasures are made by `dpo` (a LOGIN member of `retention_eraser` with SELECT and DELETE on
+//! the tables it erases from), the archiver binary runs as `archiver` (only in
+//! `retention_archiver`) and `restore` as `restorer` (who also reads and drops the tables it
+//! restored). The superuser stays only where a test needs it, commented: granting mid-test as
+//! the tables' owner, reading `retention.supersessions` (a catalog table no role is granted).
 
 use pg_retention_integration::archiver::{text, Archiver};
 use pg_retention_integration::{expect_error, scalar, Cluster};
@@ -10,23 +19,34 @@ use postgres::Client;
 use std::path::{Path, PathBuf};
 
 /// 300 closed audit rows of ten subjects (subject = id % 10), 40 to 60 days old, archived by
-/// `once` in three batches of 100 to a file store; then 20 recent rows (ids 301-320) that no
-/// policy touches yet. A login role `dpo` may erase (retention_eraser, SELECT and DELETE on
-/// the table).
+/// `once` (as `archiver`) in three batches of 100 to a file store; then 20 recent rows (ids
+/// 301-320) that no policy touches yet. The table is the superuser's, the rows `app`'s, the
+/// policy `admin`'s. A login role `dpo` may erase (retention_eraser, SELECT and DELETE on the
+/// table). Returns a connection as `admin`, the archiver and the store.
 fn archived(c: &Cluster) -> (Client, Archiver, PathBuf) {
     let dir = pg_retention_integration::temp_dir("pg-retention-erasure");
-    let a = Archiver::new(&c.url("postgres"), &format!("file://{}", dir.display()));
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    let a = Archiver::new(
+        &c.archiver_url("postgres"),
+        &format!("file://{}", dir.display()),
+    );
+    c.execute(
+        "postgres",
         "CREATE TABLE audit (id bigint PRIMARY KEY, subject int NOT NULL, status text NOT NULL,
                              closed_at timestamptz, note text);
-         INSERT INTO audit SELECT g, g % 10, 'closed', now() - make_interval(days => 40 + g % 20), 'n' || g
-           FROM generate_series(1, 300) g;
-         SELECT retention.add_policy(name => 'audit', relation => 'audit', kind => 'age', age_column => 'closed_at',
-                older_than => '30 days', terminal => $$status = 'closed'$$, action => 'archive_then_delete');
          CREATE ROLE dpo LOGIN;
          GRANT retention_eraser TO dpo;
          GRANT SELECT, DELETE ON audit TO dpo;",
+    );
+    c.grant_app_and_admin("postgres");
+    let (mut app, mut db) = c.app_and_admin("postgres");
+    app.batch_execute(
+        "INSERT INTO audit SELECT g, g % 10, 'closed', now() - make_interval(days => 40 + g % 20), 'n' || g
+           FROM generate_series(1, 300) g;",
+    )
+    .unwrap();
+    db.batch_execute(
+        "SELECT retention.add_policy(name => 'audit', relation => 'audit', kind => 'age', age_column => 'closed_at',
+                older_than => '30 days', terminal => $$status = 'closed'$$, action => 'archive_then_delete');",
     )
     .unwrap();
     let o = a.run(&["once", "--batch-rows", "100"]);
@@ -36,7 +56,7 @@ fn archived(c: &Cluster) -> (Client, Archiver, PathBuf) {
         3
     );
     assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), 0);
-    db.batch_execute(
+    app.batch_execute(
         "INSERT INTO audit SELECT g, g % 10, 'open', now(), 'n' || g FROM generate_series(301, 320) g",
     )
     .unwrap();
@@ -59,9 +79,13 @@ fn manifest_path(store: &Path, slice_key: &str) -> PathBuf {
     store.join(slice_key.replace(".slice", ".manifest.json"))
 }
 
-/// The rows of every slice the store holds now (restored by the archiver), by subject.
-fn archived_subjects(db: &mut Client, a: &Archiver) -> Vec<(i32, i64)> {
-    let union = a.restore_all();
+/// The rows of every slice the store holds now (restored by `restorer`, who reads and then drops
+/// the tables it made), by subject.
+fn archived_subjects(c: &Cluster, a: &Archiver) -> Vec<(i32, i64)> {
+    let url = c.restorer_url("postgres");
+    let union = a.clone().with_database_url(&url).restore_all();
+    let mut db = Client::connect(&url, postgres::NoTls)
+        .unwrap_or_else(|e| panic!("connect as restorer: {e}"));
     let rows = db
         .query(
             &format!("SELECT subject, count(*) FROM ({union}) r GROUP BY 1 ORDER BY 1"),
@@ -90,11 +114,10 @@ fn erasure_outranks_a_hold_and_supersedes_every_archive_that_held_the_rows() {
         "SELECT retention.place_hold('audit', 'subject = 7', 'litigation L-1', 'legal')",
     );
 
-    // retention_admin may not erase: the role is its own.
-    db.batch_execute("CREATE ROLE admin LOGIN; GRANT retention_admin TO admin; GRANT SELECT, DELETE ON audit TO admin")
-        .unwrap();
+    // retention_admin may not erase, even with SELECT and DELETE on the table: the role is
+    // its own.
     let (state, _) = expect_error(
-        &mut c.connect_as("postgres", "admin"),
+        &mut db,
         "SELECT retention.erase('audit', 'subject = 7', 'DSR-7', 'admin')",
     );
     assert_eq!(state, "42501", "retention_admin is not an eraser");
@@ -162,7 +185,7 @@ fn erasure_outranks_a_hold_and_supersedes_every_archive_that_held_the_rows() {
         (0, 3, 30)
     );
     // The erased subject is in no live slice; every other archived row still is.
-    let subjects = archived_subjects(&mut db, &a);
+    let subjects = archived_subjects(&c, &a);
     assert!(subjects.iter().all(|(s, _)| *s != 7), "{subjects:?}");
     assert_eq!(subjects.iter().map(|(_, n)| n).sum::<i64>(), 270);
     // The originals are gone; each rewrite names the manifest it supersedes.
@@ -185,12 +208,16 @@ fn erasure_outranks_a_hold_and_supersedes_every_archive_that_held_the_rows() {
             "supersedes is the BLAKE3 of the original manifest"
         );
         assert_eq!(rewritten["rows"], 90);
-        // The original key is refused, typed, whatever is left in the store.
-        for op in [
-            vec!["restore", key.as_str(), "--into", "public.back"],
-            vec!["inspect", key.as_str()],
+        // The original key is refused, typed, whatever is left in the store (restore is the
+        // restorer's, inspect the archiver's).
+        for (who, op) in [
+            (
+                a.clone().with_database_url(&c.restorer_url("postgres")),
+                vec!["restore", key.as_str(), "--into", "public.back"],
+            ),
+            (a.clone(), vec!["inspect", key.as_str()]),
         ] {
-            let o = a.run(&op);
+            let o = who.run(&op);
             assert_eq!(o.status.code(), Some(5), "{}", text(&o));
             assert!(text(&o).contains("superseded by"), "{}", text(&o));
         }
@@ -242,8 +269,11 @@ fn a_crash_at_each_supersession_step_is_completed_by_the_next_pass_with_nothing_
             .with_env("PG_RETENTION_ARCHIVER_FAULT", step)
             .run(&["once"]);
         assert!(!o.status.success(), "{step}: the fault fires\n{}", text(&o));
+        // The supersession's state: retention.supersessions is a catalog table no role is
+        // granted, so the superuser reads it.
         let (state, now): (String, String) = {
-            let r = db
+            let r = c
+                .connect("postgres")
                 .query_one(
                     "SELECT s.state, a.object_key FROM retention.supersessions s
                        JOIN retention.archives a ON a.id = s.archive_id
@@ -268,17 +298,13 @@ fn a_crash_at_each_supersession_step_is_completed_by_the_next_pass_with_nothing_
         assert_eq!(
             scalar(
                 &mut db,
-                "SELECT count(*) FROM retention.supersessions WHERE state IN ('pending', 'rewritten')"
+                "SELECT coalesce(sum(pending), 0)::bigint FROM retention.erasures"
             ),
             0,
             "{step}"
         );
         expected.retain(|(s, _)| *s != subject);
-        assert_eq!(
-            archived_subjects(&mut db, &a),
-            expected,
-            "{step}: nothing lost"
-        );
+        assert_eq!(archived_subjects(&c, &a), expected, "{step}: nothing lost");
         // Only the archives' objects now are in the store: the replaced ones are gone, and
         // the slices listed are exactly the index's.
         let mut listed = a.slice_keys();
@@ -332,10 +358,18 @@ fn a_corrupted_archive_leaves_its_supersession_pending_and_the_original_in_place
     assert_eq!(
         scalar(
             &mut db,
-            "SELECT count(*) FROM retention.supersessions WHERE state = 'pending'"
+            "SELECT pending FROM retention.erasures WHERE request_ref = 'DSR-3'"
         ),
         3,
         "the first failed, the others wait their turn"
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT archives_superseded + archived_rows_erased FROM retention.erasures WHERE request_ref = 'DSR-3'"
+        ),
+        0,
+        "nothing was superseded"
     );
     assert!(path.exists());
 }
@@ -343,21 +377,25 @@ fn a_corrupted_archive_leaves_its_supersession_pending_and_the_original_in_place
 #[test]
 fn erasure_is_refused_without_the_table_grants_blocked_by_references_and_reaches_every_partition() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    c.execute(
+        "postgres",
         "CREATE TABLE customers (id int PRIMARY KEY, email text);
          CREATE TABLE orders (id int PRIMARY KEY, customer int REFERENCES customers (id), total int);
-         INSERT INTO customers SELECT g, 'c' || g || '@example.com' FROM generate_series(1, 10) g;
-         INSERT INTO orders SELECT g, g % 10 + 1, g FROM generate_series(1, 50) g;
          CREATE TABLE events (id bigint, subject int, at date NOT NULL, PRIMARY KEY (id, at))
              PARTITION BY RANGE (at);
          CREATE TABLE events_1 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2026-02-01');
          CREATE TABLE events_2 PARTITION OF events FOR VALUES FROM ('2026-02-01') TO ('2026-03-01');
-         INSERT INTO events SELECT g, g % 5, date '2026-01-01' + g % 50 FROM generate_series(1, 100) g;
          CREATE ROLE dpo LOGIN;
          GRANT retention_eraser TO dpo;
          GRANT SELECT ON customers TO dpo;
          GRANT SELECT, DELETE ON orders, events TO dpo;",
+    );
+    c.grant_app_and_admin("postgres");
+    let (mut app, mut db) = c.app_and_admin("postgres");
+    app.batch_execute(
+        "INSERT INTO customers SELECT g, 'c' || g || '@example.com' FROM generate_series(1, 10) g;
+         INSERT INTO orders SELECT g, g % 10 + 1, g FROM generate_series(1, 50) g;
+         INSERT INTO events SELECT g, g % 5, date '2026-01-01' + g % 50 FROM generate_series(1, 100) g;",
     )
     .unwrap();
     let mut dpo = c.connect_as("postgres", "dpo");
@@ -367,8 +405,8 @@ fn erasure_is_refused_without_the_table_grants_blocked_by_references_and_reaches
         "SELECT retention.erase('customers', 'id = 3', 'DSR-C3', 'dpo')",
     );
     assert_eq!(state, "42501");
-    db.batch_execute("GRANT DELETE ON customers TO dpo")
-        .unwrap();
+    // The tables' owner (the superuser, who made them) grants it.
+    c.execute("postgres", "GRANT DELETE ON customers TO dpo");
     // A customer with orders is still referenced: the erasure says so and erases nothing.
     let (state, message) = expect_error(
         &mut dpo,

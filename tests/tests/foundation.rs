@@ -1,5 +1,12 @@
 //! Foundation: a live cluster with pg_retention preloaded, and the S3 test server with
 //! create-only writes.
+//!
+//! Production roles: the settings, the version and a misspelt setting are seen by `admin` (a
+//! member of `retention_admin`, not a superuser, `Cluster::admin`). The superuser stays where
+//! it is needed, commented: `shared_preload_libraries` is a setting only a superuser may read,
+//! and in the image's entry point test the superuser is the one the image makes (with the
+//! password under test); it creates the extension, the table and the image's `admin`, whose
+//! policy and health check go over TCP with its own password.
 
 use bytes::Bytes;
 use object_store::{path::Path, ObjectStore, PutMode, PutOptions, PutPayload};
@@ -8,7 +15,7 @@ use pg_retention_integration::{as_postgres, stop_server, succeed, Cluster, Seawe
 #[test]
 fn preloaded_cluster_exposes_settings_and_version() {
     let cluster = Cluster::start(&[]);
-    let mut db = cluster.connect("postgres");
+    let mut db = cluster.admin("postgres");
     let names: Vec<String> = db
         .query(
             "SELECT name FROM pg_settings WHERE name LIKE 'pg_retention.%' ORDER BY name",
@@ -31,7 +38,9 @@ fn preloaded_cluster_exposes_settings_and_version() {
             "{expected} missing from {names:?}"
         );
     }
-    let preload: String = db
+    // shared_preload_libraries is a superuser-only setting: the superuser reads it.
+    let preload: String = cluster
+        .connect("postgres")
         .query_one("SHOW shared_preload_libraries", &[])
         .unwrap()
         .get(0);
@@ -46,7 +55,7 @@ fn preloaded_cluster_exposes_settings_and_version() {
 #[test]
 fn misspelt_setting_under_the_prefix_is_refused() {
     let cluster = Cluster::start(&[]);
-    let mut db = cluster.connect("postgres");
+    let mut db = cluster.admin("postgres");
     let err = db
         .batch_execute("SET pg_retention.enabeld = on")
         .unwrap_err();
@@ -156,14 +165,28 @@ fn the_postgres_images_entry_point_preloads_listens_and_requires_a_password() {
     };
     assert_eq!(show(&mut db, "shared_preload_libraries"), "pg_retention");
     assert_eq!(show(&mut db, "listen_addresses"), "*");
-    db.batch_execute("CREATE EXTENSION pg_retention").unwrap();
+    // The image's superuser creates the extension, the table and a retention administrator
+    // (set-up); the policy and the health check are the administrator's, over TCP with its
+    // own password.
     db.batch_execute(
-        "CREATE TABLE t (id int PRIMARY KEY, at timestamptz NOT NULL);
-         SELECT retention.add_policy(name => 't', relation => 't', kind => 'age', age_column => 'at', older_than => '1 day');",
+        "CREATE EXTENSION pg_retention;
+         CREATE TABLE t (id int PRIMARY KEY, at timestamptz NOT NULL);
+         CREATE ROLE admin LOGIN PASSWORD 'admin secret' IN ROLE retention_admin;
+         GRANT SELECT, UPDATE, DELETE ON t TO admin;",
     )
     .unwrap();
+    let mut admin = postgres::Client::connect(
+        &format!("host=127.0.0.1 port={port} user=admin dbname=postgres password='admin secret'"),
+        postgres::NoTls,
+    )
+    .unwrap_or_else(|e| panic!("connect as admin with its password: {e}"));
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 't', relation => 't', kind => 'age', age_column => 'at', older_than => '1 day');",
+        )
+        .unwrap();
     // Preloaded, so health() names the worker as merely disabled (the default), not missing.
-    let reasons: Vec<String> = db
+    let reasons: Vec<String> = admin
         .query_one(
             "SELECT reasons FROM retention.health() WHERE policy = 't'",
             &[],
@@ -182,6 +205,7 @@ fn the_postgres_images_entry_point_preloads_listens_and_requires_a_password() {
     let wrong = postgres::Client::connect(&format!("{url} password=wrong"), postgres::NoTls);
     assert!(wrong.is_err(), "a wrong password is refused");
     drop(db);
+    drop(admin);
     stop();
     let _ = server.wait();
     let _ = std::fs::remove_dir_all(&dir);

@@ -4,6 +4,17 @@
 //! paths and methods, `serve-metrics`), every family it declares updated in an end-to-end run;
 //! and a real Prometheus scraping the archiver and postgres_exporter (deploy/'s query file),
 //! with deploy/'s alert rules, finding every family and firing the alert the test provokes.
+//!
+//! Production roles throughout: tables are made by the superuser in set-up, application rows
+//! are written by `app` (table privileges only), policies, holds, `CALL retention.run()` and
+//! every read of the retention views are `admin`'s (a member of `retention_admin`, not a
+//! superuser, who also reads the governed tables for the assertions), `retention.metrics()` is
+//! read by `mon` (a LOGIN member of `pg_monitor` only, the monitoring role docs/observability.md
+//! names; postgres_exporter connects as it), the archiver runs as `archiver` (a LOGIN only in
+//! `retention_archiver`) and the erasure is `dpo`'s (a LOGIN only in `retention_eraser`, with
+//! SELECT and DELETE on the table). The superuser stays only where a test needs it, commented:
+//! reading and loading the catalog tables (`retention.ledger_entries`,
+//! `retention.archive_records`) that no role is granted.
 
 use pg_retention_integration::archiver::{terminate, text, Archiver};
 use pg_retention_integration::{expect_error, scalar, Cluster};
@@ -72,31 +83,70 @@ impl Drop for Running {
     }
 }
 
+/// Makes `role` (LOGIN, a member of `member_of` only) unless it exists; by the superuser.
+fn login_role(c: &Cluster, role: &str, member_of: &str) {
+    c.execute(
+        "postgres",
+        &format!(
+            "DO $$ BEGIN
+                 CREATE ROLE {role} LOGIN IN ROLE {member_of};
+             EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+             END $$"
+        ),
+    );
+}
+
+/// A connection as `mon`: a LOGIN member of `pg_monitor` only, the role a metrics exporter
+/// connects as (docs/observability.md). Made on first use; idempotent.
+fn monitor(c: &Cluster) -> Client {
+    login_role(c, "mon", "pg_monitor");
+    c.connect_as("postgres", "mon")
+}
+
+/// A connection as `dpo`: a LOGIN member of `retention_eraser` only, with SELECT and DELETE on
+/// `table` (docs/security.md: an eraser erases only from tables it may SELECT and DELETE). Made
+/// by the superuser; idempotent.
+fn eraser(c: &Cluster, table: &str) -> Client {
+    login_role(c, "dpo", "retention_eraser");
+    c.execute(
+        "postgres",
+        &format!("GRANT SELECT, DELETE ON {table} TO dpo"),
+    );
+    c.connect_as("postgres", "dpo")
+}
+
 /// Three policies: `outbox` (delete, never run: its rows are 40 days old against a 30-day
 /// window, a stall), `events` (delete, run once, with a hold and a row cap), `audit`
-/// (archive_then_delete, 300 closed rows of ten subjects, 40 to 60 days old). A login role
-/// `mon` in pg_monitor.
+/// (archive_then_delete, 300 closed rows of ten subjects, 40 to 60 days old). The tables are
+/// made by the superuser, their rows written by `app`, the policies, the hold and the run
+/// `admin`'s; returns a connection as `admin`.
 fn scene(c: &Cluster) -> Client {
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    c.execute(
+        "postgres",
         "CREATE TABLE outbox (id bigint PRIMARY KEY, created_at timestamptz NOT NULL);
-         INSERT INTO outbox SELECT g, now() - interval '40 days' FROM generate_series(1, 50) g;
          CREATE INDEX ON outbox (created_at);
-         SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age',
-                age_column => 'created_at', older_than => '30 days');
          CREATE TABLE events (id bigint PRIMARY KEY, tenant int, created_at timestamptz NOT NULL);
+         CREATE TABLE audit (id bigint PRIMARY KEY, subject int NOT NULL, status text NOT NULL,
+                             closed_at timestamptz, note text);",
+    );
+    c.grant_app_and_admin("postgres");
+    let (mut app, mut db) = c.app_and_admin("postgres");
+    app.batch_execute(
+        "INSERT INTO outbox SELECT g, now() - interval '40 days' FROM generate_series(1, 50) g;
          INSERT INTO events SELECT g, g % 5, now() - interval '10 days' FROM generate_series(1, 500) g;
+         INSERT INTO audit SELECT g, g % 10, 'closed', now() - make_interval(days => 40 + g % 20), 'n' || g
+           FROM generate_series(1, 300) g;",
+    )
+    .unwrap();
+    db.batch_execute(
+        "SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age',
+                age_column => 'created_at', older_than => '30 days');
          SELECT retention.add_policy(name => 'events', relation => 'events', kind => 'age',
                 age_column => 'created_at', older_than => '1 day', batch_size => 50,
                 max_rows_per_run => 200);
          SELECT retention.place_hold('events', 'tenant = 0', 'case', 'legal');
-         CREATE TABLE audit (id bigint PRIMARY KEY, subject int NOT NULL, status text NOT NULL,
-                             closed_at timestamptz, note text);
-         INSERT INTO audit SELECT g, g % 10, 'closed', now() - make_interval(days => 40 + g % 20), 'n' || g
-           FROM generate_series(1, 300) g;
          SELECT retention.add_policy(name => 'audit', relation => 'audit', kind => 'age', age_column => 'closed_at',
-                older_than => '30 days', terminal => $$status = 'closed'$$, action => 'archive_then_delete');
-         CREATE ROLE mon LOGIN IN ROLE pg_monitor;",
+                older_than => '30 days', terminal => $$status = 'closed'$$, action => 'archive_then_delete');",
     )
     .unwrap();
     // On its own: a CALL that commits cannot share an implicit transaction.
@@ -104,7 +154,8 @@ fn scene(c: &Cluster) -> Client {
     db
 }
 
-/// The ledger aggregated the way retention.stats did before the counters, per policy.
+/// The ledger aggregated the way retention.stats did before the counters, per policy. It reads
+/// the catalog tables themselves (no role is granted them): run by the superuser.
 const FROM_THE_LEDGER: &str = "
     SELECT p.name,
            coalesce(sum(l.rows) FILTER (WHERE l.method IN ('prune', 'orphan_sweep', 'drop_partition')), 0)::bigint,
@@ -147,13 +198,20 @@ fn the_counters_equal_the_ledger_and_rows_deleted_sums_to_the_rows_deleted() {
     let c = Cluster::start(&[]);
     let mut db = scene(&c);
     let store = pg_retention_integration::temp_dir("pg-retention-observability");
-    let a = Archiver::new(&c.url("postgres"), &format!("file://{}", store.display()));
+    let a = Archiver::new(
+        &c.archiver_url("postgres"),
+        &format!("file://{}", store.display()),
+    );
     let o = a.run(&["once", "--batch-rows", "100"]);
     assert!(o.status.success(), "{}", text(&o));
     db.batch_execute("CALL retention.run('events')").unwrap();
     db.batch_execute("CALL retention.run('outbox')").unwrap();
     let counters = figures(&mut db, FROM_THE_COUNTERS);
-    assert_eq!(counters, figures(&mut db, FROM_THE_LEDGER));
+    // Superuser kept: the ledger's catalog tables are no role's to read.
+    assert_eq!(
+        counters,
+        figures(&mut c.connect("postgres"), FROM_THE_LEDGER)
+    );
     // events: 500 rows, 100 held (tenant 0); two runs capped at 200 rows each.
     let events = counters.iter().find(|f| f.0 == "events").unwrap();
     assert_eq!(events.1, 400, "{events:?}");
@@ -196,8 +254,8 @@ fn the_counters_equal_the_ledger_and_rows_deleted_sums_to_the_rows_deleted() {
 #[test]
 fn metrics_are_for_pg_monitor_and_show_a_stall_until_the_policy_runs() {
     let c = Cluster::start(&[]);
-    scene(&c);
-    let mut mon = c.connect_as("postgres", "mon");
+    let mut admin = scene(&c);
+    let mut mon = monitor(&c);
     let sample = |db: &mut Client, name: &str, policy: &str| -> Option<f64> {
         db.query_opt(
             "SELECT value FROM retention.metrics() WHERE name = $1 AND labels->>'policy' = $2",
@@ -281,9 +339,7 @@ fn metrics_are_for_pg_monitor_and_show_a_stall_until_the_policy_runs() {
     )
     .unwrap();
     assert!((10.0 * 86400.0 - age).abs() < 120.0, "{age}");
-    c.connect("postgres")
-        .batch_execute("CALL retention.run('events')")
-        .unwrap();
+    admin.batch_execute("CALL retention.run('events')").unwrap();
     assert_eq!(
         sample(
             &mut mon,
@@ -292,9 +348,7 @@ fn metrics_are_for_pg_monitor_and_show_a_stall_until_the_policy_runs() {
         ),
         Some(0.0)
     );
-    c.connect("postgres")
-        .batch_execute("CALL retention.run('outbox')")
-        .unwrap();
+    admin.batch_execute("CALL retention.run('outbox')").unwrap();
     assert_eq!(
         sample(
             &mut mon,
@@ -313,10 +367,8 @@ fn metrics_are_for_pg_monitor_and_show_a_stall_until_the_policy_runs() {
         sample(&mut mon, "pg_retention_policy_rows_deleted_total", "outbox"),
         Some(50.0)
     );
-    // Not for everyone.
-    c.connect("postgres")
-        .batch_execute("CREATE ROLE nobody LOGIN")
-        .unwrap();
+    // Not for everyone (the role made by the superuser, as every role).
+    c.execute("postgres", "CREATE ROLE nobody LOGIN");
     let (state, _) = expect_error(
         &mut c.connect_as("postgres", "nobody"),
         "SELECT * FROM retention.metrics()",
@@ -327,7 +379,11 @@ fn metrics_are_for_pg_monitor_and_show_a_stall_until_the_policy_runs() {
 #[test]
 fn stats_and_metrics_read_a_million_ledger_rows_in_milliseconds() {
     let c = Cluster::start(&[]);
-    let mut db = scene(&c);
+    let mut admin = scene(&c);
+    let mut mon = monitor(&c);
+    // Superuser kept: it loads the ledger's catalog table directly (only the engine writes the
+    // ledger) and aggregates it (no role may read it).
+    let mut db = c.connect("postgres");
     let started = Instant::now();
     db.batch_execute(
         "INSERT INTO retention.ledger_entries (method, policy, policy_id, policy_version, relation, rows, actor, detail)
@@ -338,7 +394,7 @@ fn stats_and_metrics_read_a_million_ledger_rows_in_milliseconds() {
     .unwrap();
     let load = started.elapsed();
     assert_eq!(
-        figures(&mut db, FROM_THE_COUNTERS),
+        figures(&mut admin, FROM_THE_COUNTERS),
         figures(&mut db, FROM_THE_LEDGER)
     );
     let time = |db: &mut Client, sql: &str| {
@@ -353,8 +409,8 @@ fn stats_and_metrics_read_a_million_ledger_rows_in_milliseconds() {
         runs.sort();
         runs[3]
     };
-    let stats = time(&mut db, "SELECT * FROM retention.stats");
-    let metrics = time(&mut db, "SELECT * FROM retention.metrics()");
+    let stats = time(&mut admin, "SELECT * FROM retention.stats");
+    let metrics = time(&mut mon, "SELECT * FROM retention.metrics()");
     let aggregated = time(&mut db, FROM_THE_LEDGER);
     println!(
         "1,000,000 ledger rows (counted by the trigger in {:.1} s): retention.stats {:.2} ms, \
@@ -427,13 +483,15 @@ fn prometheus_scrapes_the_archiver_and_the_exporter_finds_every_family_and_fires
 {
     let c = Cluster::start(&[]);
     let mut db = scene(&c);
+    let mut mon = monitor(&c);
+    let mut dpo = eraser(&c, "audit");
     let dir = pg_retention_integration::temp_dir("pg-retention-prometheus");
     std::fs::create_dir_all(&dir).unwrap();
     let ports = pg_retention_integration::ports::free_ports(4);
     let (archiver_port, serve_port, exporter_port, prometheus_port) =
         (ports[0], ports[1], ports[2], ports[3]);
     let a = Archiver::new(
-        &c.url("postgres"),
+        &c.archiver_url("postgres"),
         &format!("file://{}", dir.join("store").display()),
     )
     .with_env(
@@ -453,13 +511,15 @@ fn prometheus_scrapes_the_archiver_and_the_exporter_finds_every_family_and_fires
         wait_for(120, || scalar(&mut db, "SELECT count(*) FROM audit") == 0),
         "the archiver archived audit"
     );
-    // An erasure the running archiver supersedes in its next pass.
-    db.batch_execute("SELECT retention.erase('audit', 'subject = 1', 'DSR-1', 'test')")
+    // An erasure the running archiver supersedes in its next pass: every archive it touches.
+    dpo.batch_execute("SELECT retention.erase('audit', 'subject = 1', 'DSR-1', 'test')")
         .unwrap();
     assert!(wait_for(60, || scalar(
         &mut db,
-        "SELECT count(*) FROM retention.supersessions WHERE state <> 'done'"
-    ) == 0));
+        "SELECT count(*) FROM retention.erasures
+          WHERE request_ref = 'DSR-1' AND pending = 0 AND archives_unaffected = 0
+            AND archives_superseded = (SELECT count(*) FROM retention.archives)"
+    ) == 1));
 
     // The HTTP side: exact paths and methods.
     assert_eq!(get(archiver_port, "/healthz").0, 200);
@@ -586,7 +646,7 @@ scrape_configs:
     let has = |q: &str| query(q).contains("\"result\":[{");
     // Every family of retention.metrics() through the exporter, every archiver family through
     // the archiver, as Prometheus stored them.
-    let db_families: Vec<String> = db
+    let db_families: Vec<String> = mon
         .query(
             "SELECT DISTINCT name FROM retention.metrics() ORDER BY 1",
             &[],

@@ -4,6 +4,18 @@
 //! leaves from being dropped, ranked kinds group across leaves, preview names the leaves the
 //! next run drops, a drop never waits behind a long transaction, and pg_partman's trees are
 //! retired while pg_partman premakes new leaves.
+//!
+//! Production roles throughout: tables and partitions are made by the superuser in set-up and
+//! handed to `admin` (a whole leaf is dropped only by a policy owner who is a member of the
+//! leaf's owner, and detached first only by one who is also a member of the partitioned
+//! table's: docs/security.md; `admin` stays a member of `retention_admin` only, not a
+//! superuser), application rows are written by `app` (table privileges only), every
+//! `retention.*` call is made by `admin`, who also reads the results, and the archiver runs as
+//! `archiver` (only in `retention_archiver`) and restores as `restorer`
+//! (`Cluster::archiver_url`, `Cluster::restorer_url`). The superuser stays only where a test
+//! needs it, commented: DDL mid-test, event triggers that stand in for a failing or stalled
+//! `DROP TABLE`, reading `retention.retiring_leaves` (a catalog table no role is granted), and
+//! pg_partman's own configuration and maintenance.
 
 use pg_retention_integration::archiver::{self, Archiver};
 use pg_retention_integration::{
@@ -12,12 +24,37 @@ use pg_retention_integration::{
 use postgres::Client;
 use std::time::Duration;
 
+/// Hands each partitioned table of `parents`, with every partition under it now, to `admin`,
+/// then grants every table of schema `public` to `app` and `admin` (`Cluster::grant_app_and_admin`;
+/// call again after making more). Run by the superuser, who made them in set-up: in production a
+/// partitioned table and its leaves belong to the role that owns their policy, or the engine
+/// sweeps expired leaves row by row instead of dropping them (docs/security.md).
+fn own_and_grant(c: &Cluster, parents: &[&str]) {
+    c.grant_app_and_admin("postgres");
+    for parent in parents {
+        c.execute(
+            "postgres",
+            &format!(
+                "DO $$
+                 DECLARE r regclass;
+                 BEGIN
+                     FOR r IN SELECT relid FROM pg_partition_tree('{parent}') LOOP
+                         EXECUTE format('ALTER TABLE %s OWNER TO admin', r);
+                     END LOOP;
+                 END $$;"
+            ),
+        );
+    }
+}
+
 /// `events`, partitioned by day on `created_at`: one leaf per day from 10 days ago to tomorrow
 /// (`events_m10` … `events_p1`, bounds at midnight), a default partition, and 288 rows, row i
 /// created i hours ago (rows 241..288, 10 to 12 days old, land in the default partition),
-/// tenant = i % 3.
-fn events(db: &mut Client) {
-    db.batch_execute(
+/// tenant = i % 3. Made by the superuser and handed to `admin`, the rows written by `app`;
+/// returns connections as `app` and as `admin`.
+fn events(c: &Cluster) -> (Client, Client) {
+    c.execute(
+        "postgres",
         "CREATE TABLE events (id bigint NOT NULL, tenant int NOT NULL, created_at timestamptz NOT NULL,
                               payload text, PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at);
          DO $$
@@ -29,15 +66,20 @@ fn events(db: &mut Client) {
                                 date_trunc('day', now()) + (d + 1) * interval '1 day');
              END LOOP;
          END $$;
-         CREATE TABLE events_default PARTITION OF events DEFAULT;
-         -- One row an hour, each at the hour's last second: a day's youngest row is at 23:59:59,
-         -- so the leaf of 5 days ago always holds a row younger than the 5-day cutoff (with
-         -- rows at now() - g hours, after 23:00 every row of it was older, and it went whole).
-         INSERT INTO events SELECT g, g % 3, date_trunc('hour', now()) - make_interval(hours => g)
+         CREATE TABLE events_default PARTITION OF events DEFAULT;",
+    );
+    own_and_grant(c, &["events"]);
+    let (mut app, admin) = c.app_and_admin("postgres");
+    // One row an hour, each at the hour's last second: a day's youngest row is at 23:59:59, so
+    // the leaf of 5 days ago always holds a row younger than the 5-day cutoff (with rows at
+    // now() - g hours, after 23:00 every row of it was older, and it went whole).
+    app.batch_execute(
+        "INSERT INTO events SELECT g, g % 3, date_trunc('hour', now()) - make_interval(hours => g)
                                              + interval '59 minutes 59 seconds', repeat('x', 20)
            FROM generate_series(1, 288) g;",
     )
     .unwrap();
+    (app, admin)
 }
 
 fn policy(db: &mut Client, extra: &str) {
@@ -104,45 +146,44 @@ fn public(leaves: &[&str]) -> Vec<String> {
 #[test]
 fn an_expired_range_leaf_is_dropped_whole_and_ledgered_with_its_exact_row_count() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
-    policy(&mut db, "");
-    let expired_before = expired(&mut db);
-    let per_leaf = wholly_expired_rows(&mut db);
-    let in_default = count(&mut db, "SELECT count(*) FROM ONLY events_default");
+    let (_, mut admin) = events(&c);
+    policy(&mut admin, "");
+    let expired_before = expired(&mut admin);
+    let per_leaf = wholly_expired_rows(&mut admin);
+    let in_default = count(&mut admin, "SELECT count(*) FROM ONLY events_default");
     assert!(
         in_default > 0,
         "rows older than the oldest leaf are in the default partition"
     );
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
 
     let mut expected = per_leaf.clone();
     expected.sort();
     assert_eq!(
-        drops(&mut db),
+        drops(&mut admin),
         expected,
         "each wholly expired leaf dropped, with its exact row count"
     );
     for leaf in WHOLLY_EXPIRED {
-        assert!(!exists(&mut db, leaf), "{leaf} is dropped");
+        assert!(!exists(&mut admin, leaf), "{leaf} is dropped");
     }
-    assert_eq!(expired(&mut db), 0, "every expired row is gone");
+    assert_eq!(expired(&mut admin), 0, "every expired row is gone");
     assert!(
-        exists(&mut db, "events_default"),
+        exists(&mut admin, "events_default"),
         "the default partition is never dropped"
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM ONLY events_default"),
+        count(&mut admin, "SELECT count(*) FROM ONLY events_default"),
         0,
         "its rows are swept"
     );
     assert!(
-        exists(&mut db, "events_m5"),
+        exists(&mut admin, "events_m5"),
         "the partly expired leaf stays"
     );
     let dropped: i64 = per_leaf.iter().map(|(_, n)| n).sum();
     let pruned = count(
-        &mut db,
+        &mut admin,
         "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune'",
     );
     assert_eq!(
@@ -150,7 +191,7 @@ fn an_expired_range_leaf_is_dropped_whole_and_ledgered_with_its_exact_row_count(
         expired_before,
         "dropped and swept rows add up to the expired rows"
     );
-    let run = db
+    let run = admin
         .query_one(
             "SELECT rows, (detail->>'partitions_dropped')::int FROM retention.ledger WHERE method = 'run'",
             &[],
@@ -159,17 +200,17 @@ fn an_expired_range_leaf_is_dropped_whole_and_ledgered_with_its_exact_row_count(
     assert_eq!(run.get::<_, i64>(0), expired_before);
     assert_eq!(run.get::<_, i32>(1), 5);
     let detail: String = text(
-        &mut db,
+        &mut admin,
         "SELECT detail->>'bound' FROM retention.ledger WHERE method = 'drop_partition' LIMIT 1",
     );
     assert!(detail.starts_with("FOR VALUES FROM ("), "{detail}");
     let proof: String = text(
-        &mut db,
+        &mut admin,
         "SELECT detail->>'proof' FROM retention.ledger WHERE method = 'drop_partition' LIMIT 1",
     );
     assert_eq!(proof, "range_bound");
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM events"),
+        count(&mut admin, "SELECT count(*) FROM events"),
         288 - expired_before
     );
 }
@@ -177,74 +218,91 @@ fn an_expired_range_leaf_is_dropped_whole_and_ledgered_with_its_exact_row_count(
 #[test]
 fn a_policy_on_a_parent_sweeps_leaves_created_after_registration() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    c.execute(
+        "postgres",
         "CREATE TABLE m (id bigint NOT NULL, kind text NOT NULL, at timestamptz NOT NULL,
                          PRIMARY KEY (id, kind)) PARTITION BY LIST (kind);
-         CREATE TABLE m_a PARTITION OF m FOR VALUES IN ('a');
-         SELECT retention.add_policy(name => 'm', relation => 'm', kind => 'age',
-                age_column => 'at', older_than => '1 day', batch_size => 7);
-         -- After registration: one leaf created, one table attached, one sub-partitioned leaf.
-         CREATE TABLE m_b PARTITION OF m FOR VALUES IN ('b');
+         CREATE TABLE m_a PARTITION OF m FOR VALUES IN ('a');",
+    );
+    own_and_grant(&c, &["m"]);
+    let (mut app, mut admin) = c.app_and_admin("postgres");
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'm', relation => 'm', kind => 'age',
+                age_column => 'at', older_than => '1 day', batch_size => 7);",
+        )
+        .unwrap();
+    // After registration, by the superuser (DDL): one leaf created, one table attached, one
+    // sub-partitioned leaf; handed to `admin` like the rest of the tree.
+    c.execute(
+        "postgres",
+        "CREATE TABLE m_b PARTITION OF m FOR VALUES IN ('b');
          CREATE TABLE m_c (id bigint NOT NULL, kind text NOT NULL, at timestamptz NOT NULL,
                            PRIMARY KEY (id, kind));
          ALTER TABLE m ATTACH PARTITION m_c FOR VALUES IN ('c');
          CREATE TABLE m_d PARTITION OF m FOR VALUES IN ('d') PARTITION BY HASH (id);
          CREATE TABLE m_d0 PARTITION OF m_d FOR VALUES WITH (modulus 2, remainder 0);
-         CREATE TABLE m_d1 PARTITION OF m_d FOR VALUES WITH (modulus 2, remainder 1);
-         INSERT INTO m SELECT g, k, now() - make_interval(hours => g) - interval '30 minutes'
+         CREATE TABLE m_d1 PARTITION OF m_d FOR VALUES WITH (modulus 2, remainder 1);",
+    );
+    own_and_grant(&c, &["m"]);
+    app.batch_execute(
+        "INSERT INTO m SELECT g, k, now() - make_interval(hours => g) - interval '30 minutes'
            FROM generate_series(1, 60) g, unnest(ARRAY['a', 'b', 'c', 'd']) k;",
     )
     .unwrap();
     let expired = count(
-        &mut db,
+        &mut admin,
         "SELECT count(*) FROM m WHERE at < now() - interval '1 day'",
     );
     assert_eq!(expired, 4 * 37);
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM m WHERE at < now() - interval '1 day'"
         ),
         0
     );
     for leaf in ["m_a", "m_b", "m_c", "m_d0", "m_d1"] {
         assert!(
-            exists(&mut db, leaf),
+            exists(&mut admin, leaf),
             "{leaf}: a partly expired leaf is swept, not dropped"
         );
         assert!(
             count(
-                &mut db,
+                &mut admin,
                 &format!("SELECT count(*) FROM ONLY {leaf} WHERE at >= now() - interval '1 day'")
             ) > 0,
             "{leaf} keeps its young rows"
         );
     }
-    assert_eq!(count(&mut db, "SELECT count(*) FROM m"), 4 * 23);
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM m"), 4 * 23);
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'prune'"
         ),
         expired
     );
     // A list leaf whose rows are all expired is dropped whole: every row was checked.
-    db.batch_execute(
-        "CREATE TABLE m_e PARTITION OF m FOR VALUES IN ('e');
-         INSERT INTO m SELECT g, 'e', now() - interval '3 days' FROM generate_series(1, 10) g;",
+    c.execute(
+        "postgres",
+        "CREATE TABLE m_e PARTITION OF m FOR VALUES IN ('e');",
+    );
+    own_and_grant(&c, &["m"]);
+    app.batch_execute(
+        "INSERT INTO m SELECT g, 'e', now() - interval '3 days' FROM generate_series(1, 10) g;",
     )
     .unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
-    assert!(!exists(&mut db, "m_e"));
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert!(!exists(&mut admin, "m_e"));
     assert_eq!(
-        drops(&mut db),
+        drops(&mut admin),
         vec![("public.m_e".to_owned(), 10)],
         "only the wholly expired list leaf is dropped"
     );
     let proof: String = text(
-        &mut db,
+        &mut admin,
         "SELECT detail->>'proof' FROM retention.ledger WHERE method = 'drop_partition'",
     );
     assert_eq!(proof, "every_row");
@@ -253,45 +311,44 @@ fn a_policy_on_a_parent_sweeps_leaves_created_after_registration() {
 #[test]
 fn a_leaf_with_one_held_row_is_row_swept_and_its_held_row_survives() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
-    policy(&mut db, "");
+    let (_, mut admin) = events(&c);
+    policy(&mut admin, "");
     // Row 200 is 200 hours (8+ days) old: in events_m9 or events_m8, depending on the hour.
     let leaf: String = text(
-        &mut db,
+        &mut admin,
         "SELECT tableoid::regclass::text FROM events WHERE id = 200",
     );
     let hold: i64 = scalar(
-        &mut db,
+        &mut admin,
         &format!("SELECT retention.place_hold('{leaf}', 'id = 200', 'case 7', 'legal')"),
     );
-    let held_leaf_rows = count(&mut db, &format!("SELECT count(*) FROM ONLY {leaf}"));
-    db.batch_execute("CALL retention.run()").unwrap();
+    let held_leaf_rows = count(&mut admin, &format!("SELECT count(*) FROM ONLY {leaf}"));
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert!(
-        exists(&mut db, &leaf),
+        exists(&mut admin, &leaf),
         "a leaf holding a held row is never dropped"
     );
     assert_eq!(
-        count(&mut db, &format!("SELECT count(*) FROM ONLY {leaf}")),
+        count(&mut admin, &format!("SELECT count(*) FROM ONLY {leaf}")),
         1
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM events WHERE id = 200"),
+        count(&mut admin, "SELECT count(*) FROM events WHERE id = 200"),
         1,
         "the held row survives"
     );
-    assert_eq!(expired(&mut db), 1, "every other expired row is gone");
+    assert_eq!(expired(&mut admin), 1, "every other expired row is gone");
     let others: Vec<&str> = WHOLLY_EXPIRED
         .iter()
         .copied()
         .filter(|l| *l != leaf)
         .collect();
     assert_eq!(
-        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        sorted(drops(&mut admin).into_iter().map(|d| d.0).collect()),
         public(&others)
     );
     assert_eq!(
-        count(&mut db, &format!("SELECT rows FROM retention.ledger WHERE method = 'hold_skip' AND hold_ids = ARRAY[{hold}::bigint]")),
+        count(&mut admin, &format!("SELECT rows FROM retention.ledger WHERE method = 'hold_skip' AND hold_ids = ARRAY[{hold}::bigint]")),
         1
     );
     assert!(held_leaf_rows > 1);
@@ -300,14 +357,14 @@ fn a_leaf_with_one_held_row_is_row_swept_and_its_held_row_survives() {
 #[test]
 fn a_hold_on_the_parent_protects_rows_in_every_leaf_and_a_hold_on_a_leaf_only_that_leaf() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
+    let (_, mut admin) = events(&c);
     // Placed by someone else than the policy's owner: evaluated as its placer, row by row.
-    db.batch_execute(
+    // `legal` is made by the superuser in set-up (roles are the cluster's).
+    c.execute(
+        "postgres",
         "CREATE ROLE legal LOGIN; GRANT retention_admin TO legal; GRANT SELECT ON events, events_m7 TO legal;",
-    )
-    .unwrap();
-    policy(&mut db, "");
+    );
+    policy(&mut admin, "");
     let mut legal = c.connect_as("postgres", "legal");
     legal
         .batch_execute(
@@ -320,15 +377,15 @@ fn a_hold_on_the_parent_protects_rows_in_every_leaf_and_a_hold_on_a_leaf_only_th
         )
         .unwrap();
     let tenant1 = count(
-        &mut db,
+        &mut admin,
         "SELECT count(*) FROM events WHERE tenant = 1 AND created_at < now() - interval '5 days'",
     );
     let m7_tenant2 = count(
-        &mut db,
+        &mut admin,
         "SELECT count(*) FROM ONLY events_m7 WHERE tenant = 2",
     );
     assert!(tenant1 > 0 && m7_tenant2 > 0);
-    let preview = db
+    let preview = admin
         .query_one(
             "SELECT held, partitions_to_drop FROM retention.preview('events')",
             &[],
@@ -336,24 +393,24 @@ fn a_hold_on_the_parent_protects_rows_in_every_leaf_and_a_hold_on_a_leaf_only_th
         .unwrap();
     assert_eq!(preview.get::<_, i64>(0), tenant1 + m7_tenant2);
     assert_eq!(preview.get::<_, i64>(1), 0, "every leaf has held rows");
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert!(
-        drops(&mut db).is_empty(),
+        drops(&mut admin).is_empty(),
         "no leaf with held rows is dropped"
     );
     assert_eq!(
-        expired(&mut db),
+        expired(&mut admin),
         tenant1 + m7_tenant2,
         "exactly the held rows remain: tenant 1 everywhere, tenant 2 only in events_m7"
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM events WHERE tenant = 2 AND created_at < now() - interval '5 days' AND tableoid <> 'events_m7'::regclass"),
+        count(&mut admin, "SELECT count(*) FROM events WHERE tenant = 2 AND created_at < now() - interval '5 days' AND tableoid <> 'events_m7'::regclass"),
         0,
         "the leaf hold does not reach other leaves"
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT sum(rows)::bigint FROM retention.ledger WHERE method = 'hold_skip'"
         ),
         tenant1 + m7_tenant2
@@ -363,32 +420,36 @@ fn a_hold_on_the_parent_protects_rows_in_every_leaf_and_a_hold_on_a_leaf_only_th
 #[test]
 fn the_default_partition_and_a_foreign_key_referenced_leaf_are_not_dropped() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
-    // The referencing table is partitioned too.
-    db.batch_execute(
+    let (mut app, mut admin) = events(&c);
+    // The referencing table is partitioned too: made by the superuser, granted (the policy's
+    // owner reads it for the foreign-key guard), its rows written by `app`.
+    c.execute(
+        "postgres",
         "CREATE TABLE refs (id int NOT NULL, ev_id bigint, ev_at timestamptz, PRIMARY KEY (id),
                             FOREIGN KEY (ev_id, ev_at) REFERENCES events) PARTITION BY HASH (id);
          CREATE TABLE refs_0 PARTITION OF refs FOR VALUES WITH (modulus 2, remainder 0);
-         CREATE TABLE refs_1 PARTITION OF refs FOR VALUES WITH (modulus 2, remainder 1);
-         INSERT INTO refs SELECT 1, id, created_at FROM events WHERE id = 150;
+         CREATE TABLE refs_1 PARTITION OF refs FOR VALUES WITH (modulus 2, remainder 1);",
+    );
+    c.grant_app_and_admin("postgres");
+    app.batch_execute(
+        "INSERT INTO refs SELECT 1, id, created_at FROM events WHERE id = 150;
          INSERT INTO refs SELECT 2, id, created_at FROM events WHERE id = 260;",
     )
     .unwrap();
-    policy(&mut db, "");
+    policy(&mut admin, "");
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT partitions_to_drop FROM retention.preview('events')"
         ),
         0,
         "a referenced table's leaves are never dropped whole"
     );
-    db.batch_execute("CALL retention.run()").unwrap();
-    assert!(drops(&mut db).is_empty());
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert!(drops(&mut admin).is_empty());
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM events WHERE created_at < now() - interval '5 days'"
         ),
         2,
@@ -396,52 +457,61 @@ fn the_default_partition_and_a_foreign_key_referenced_leaf_are_not_dropped() {
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM events WHERE id IN (150, 260)"
         ),
         2
     );
-    assert!(exists(&mut db, "events_default"));
+    assert!(exists(&mut admin, "events_default"));
     for leaf in WHOLLY_EXPIRED {
-        assert!(exists(&mut db, leaf), "{leaf} is swept, not dropped");
+        assert!(exists(&mut admin, leaf), "{leaf} is swept, not dropped");
     }
 }
 
 #[test]
 fn keep_latest_versions_and_entity_groups_span_leaves() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    c.execute(
+        "postgres",
         "CREATE TABLE runs (id int NOT NULL, src int NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (id, at))
            PARTITION BY RANGE (at);
          CREATE TABLE runs_old PARTITION OF runs FOR VALUES FROM (MINVALUE) TO (now() - interval '50 hours');
          CREATE TABLE runs_new PARTITION OF runs FOR VALUES FROM (now() - interval '50 hours') TO (MAXVALUE);
-         INSERT INTO runs SELECT g, g % 4, now() - make_interval(hours => g) FROM generate_series(1, 100) g;
-         SELECT retention.add_policy(name => 'kl', relation => 'runs', kind => 'keep_latest',
-                group_by => ARRAY['src'], order_by => 'at', keep => 15, batch_size => 4);
          CREATE TABLE ver (id int NOT NULL, k int NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (id, k))
            PARTITION BY LIST (k);
          CREATE TABLE ver_a PARTITION OF ver FOR VALUES IN (0, 1);
          CREATE TABLE ver_b PARTITION OF ver FOR VALUES IN (2) PARTITION BY RANGE (id);
          CREATE TABLE ver_b1 PARTITION OF ver_b FOR VALUES FROM (0) TO (50);
          CREATE TABLE ver_b2 PARTITION OF ver_b FOR VALUES FROM (50) TO (1000);
-         INSERT INTO ver SELECT g, g % 3, now() - make_interval(days => g) FROM generate_series(1, 300) g;
-         SELECT retention.add_policy(name => 'ver', relation => 'ver', kind => 'versions', group_by => ARRAY['k'],
-                order_by => 'at', keep => 40, min_keep => 10, age_column => 'at', older_than => '100 days',
-                batch_size => 9);
          CREATE TABLE ent (id int NOT NULL, e int NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (id, at))
            PARTITION BY RANGE (at);
          CREATE TABLE ent_old PARTITION OF ent FOR VALUES FROM (MINVALUE) TO (now() - interval '45 days');
-         CREATE TABLE ent_new PARTITION OF ent FOR VALUES FROM (now() - interval '45 days') TO (MAXVALUE);
+         CREATE TABLE ent_new PARTITION OF ent FOR VALUES FROM (now() - interval '45 days') TO (MAXVALUE);",
+    );
+    // Owned by `admin` too, so that only the kind keeps a leaf from being dropped whole.
+    own_and_grant(&c, &["runs", "ver", "ent"]);
+    let (mut app, mut admin) = c.app_and_admin("postgres");
+    app.batch_execute(
+        "INSERT INTO runs SELECT g, g % 4, now() - make_interval(hours => g) FROM generate_series(1, 100) g;
+         INSERT INTO ver SELECT g, g % 3, now() - make_interval(days => g) FROM generate_series(1, 300) g;
          -- Group e has rows aged 40 + e and 50 + e days: across both leaves. Groups 0..9 expire
          -- (newest row older than 30 + 10 days... see below), the others keep a young row.
          INSERT INTO ent SELECT e * 10 + 1, e, now() - make_interval(days => 50 + e) FROM generate_series(0, 19) e;
-         INSERT INTO ent SELECT e * 10 + 2, e, now() - make_interval(days => 31 + e) FROM generate_series(0, 19) e;
-         SELECT retention.add_policy(name => 'ent', relation => 'ent', kind => 'entity', group_by => ARRAY['e'],
-                age_column => 'at', older_than => '40 days', batch_size => 3);",
+         INSERT INTO ent SELECT e * 10 + 2, e, now() - make_interval(days => 31 + e) FROM generate_series(0, 19) e;",
     )
     .unwrap();
-    let preview: Vec<(String, i64)> = db
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'kl', relation => 'runs', kind => 'keep_latest',
+                group_by => ARRAY['src'], order_by => 'at', keep => 15, batch_size => 4);
+         SELECT retention.add_policy(name => 'ver', relation => 'ver', kind => 'versions', group_by => ARRAY['k'],
+                order_by => 'at', keep => 40, min_keep => 10, age_column => 'at', older_than => '100 days',
+                batch_size => 9);
+         SELECT retention.add_policy(name => 'ent', relation => 'ent', kind => 'entity', group_by => ARRAY['e'],
+                age_column => 'at', older_than => '40 days', batch_size => 3);",
+        )
+        .unwrap();
+    let preview: Vec<(String, i64)> = admin
         .query(
             "SELECT policy, would_delete FROM retention.preview() ORDER BY policy",
             &[],
@@ -450,8 +520,8 @@ fn keep_latest_versions_and_entity_groups_span_leaves() {
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    db.batch_execute("CALL retention.run()").unwrap();
-    let per_group: Vec<i64> = db
+    admin.batch_execute("CALL retention.run()").unwrap();
+    let per_group: Vec<i64> = admin
         .query("SELECT count(*) FROM runs GROUP BY src ORDER BY src", &[])
         .unwrap()
         .iter()
@@ -463,12 +533,12 @@ fn keep_latest_versions_and_entity_groups_span_leaves() {
         "keep_latest keeps exactly 15 per group across both leaves"
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM (SELECT src, at, row_number() OVER (PARTITION BY src ORDER BY at DESC) rn FROM runs) x WHERE rn <= 15"),
+        count(&mut admin, "SELECT count(*) FROM (SELECT src, at, row_number() OVER (PARTITION BY src ORDER BY at DESC) rn FROM runs) x WHERE rn <= 15"),
         60,
         "the kept rows are each group's newest"
     );
     // versions: keep 40, or 10 when older than 100 days; k = 0..2 have 100 rows each.
-    let kept: Vec<i64> = db
+    let kept: Vec<i64> = admin
         .query("SELECT count(*) FROM ver GROUP BY k ORDER BY k", &[])
         .unwrap()
         .iter()
@@ -489,7 +559,7 @@ fn keep_latest_versions_and_entity_groups_span_leaves() {
         "versions ranks each group across its leaves"
     );
     // entity: group e's newest row is 31 + e days old, so groups 9..19 are expired, whole.
-    let groups: Vec<i32> = db
+    let groups: Vec<i32> = admin
         .query("SELECT DISTINCT e FROM ent ORDER BY e", &[])
         .unwrap()
         .iter()
@@ -501,31 +571,37 @@ fn keep_latest_versions_and_entity_groups_span_leaves() {
         "expired groups go whole, from both leaves"
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM ent"),
+        count(&mut admin, "SELECT count(*) FROM ent"),
         18,
         "live groups keep both their rows"
     );
     for (policy, would_delete) in preview {
-        let deleted = count(&mut db, &format!("SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune' AND policy = '{policy}'"));
+        let deleted = count(&mut admin, &format!("SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune' AND policy = '{policy}'"));
         assert_eq!(
             deleted, would_delete,
             "policy {policy}: preview equals the run"
         );
         assert!(deleted > 0, "{policy} had work");
     }
-    assert!(drops(&mut db).is_empty(), "only age policies drop leaves");
+    assert!(
+        drops(&mut admin).is_empty(),
+        "only age policies drop leaves"
+    );
 }
 
 #[test]
 fn preview_partitions_to_drop_equals_what_the_next_run_drops() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
+    let (_, mut admin) = events(&c);
     // A cap that leaves room for some leaves only, a scope, and a hold on one leaf's row.
-    policy(&mut db, ", scope => 'tenant >= 0', max_rows_per_run => 100");
-    db.batch_execute("SELECT retention.place_hold('events', 'id = 170', 'case', 'legal')")
+    policy(
+        &mut admin,
+        ", scope => 'tenant >= 0', max_rows_per_run => 100",
+    );
+    admin
+        .batch_execute("SELECT retention.place_hold('events', 'id = 170', 'case', 'legal')")
         .unwrap();
-    let listed: Vec<(String, i64, String)> = db
+    let listed: Vec<(String, i64, String)> = admin
         .query(
             "SELECT partition, rows, proof FROM retention.preview_partitions('events')",
             &[],
@@ -534,7 +610,7 @@ fn preview_partitions_to_drop_equals_what_the_next_run_drops() {
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect();
-    let preview = db
+    let preview = admin
         .query_one(
             "SELECT would_delete, partitions_to_drop FROM retention.preview('events')",
             &[],
@@ -547,8 +623,8 @@ fn preview_partitions_to_drop_equals_what_the_next_run_drops() {
         "the cap leaves room for some leaves: {listed:?}"
     );
     assert!(listed.iter().all(|(_, _, proof)| proof == "range_bound"));
-    db.batch_execute("CALL retention.run()").unwrap();
-    let dropped = drops(&mut db);
+    admin.batch_execute("CALL retention.run()").unwrap();
+    let dropped = drops(&mut admin);
     let mut listed_drops: Vec<(String, i64)> =
         listed.iter().map(|(p, n, _)| (p.clone(), *n)).collect();
     listed_drops.sort();
@@ -557,7 +633,7 @@ fn preview_partitions_to_drop_equals_what_the_next_run_drops() {
         "the run drops exactly the leaves preview listed"
     );
     let removed = count(
-        &mut db,
+        &mut admin,
         "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method IN ('prune', 'drop_partition')",
     );
     assert_eq!(
@@ -570,26 +646,25 @@ fn preview_partitions_to_drop_equals_what_the_next_run_drops() {
 #[test]
 fn a_leaf_a_consumer_pins_is_not_dropped_and_its_pinned_rows_stay() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
+    let (_, mut admin) = events(&c);
     // The stream's order is id (row i is i hours old): a consumer at 200 pins ids 200 and up,
     // the older rows of m8 (for part of the day), all of m9 and m10, and the default partition.
-    policy(&mut db, ", order_by => 'id'");
-    db.batch_execute(
+    policy(&mut admin, ", order_by => 'id'");
+    admin.batch_execute(
         "SELECT retention.report_position('events', 'c', retention.register_consumer('events', 'c', '1 hour'), '200')",
     )
     .unwrap();
-    let pinned_before = count(&mut db, "SELECT count(*) FROM events WHERE id >= 200");
+    let pinned_before = count(&mut admin, "SELECT count(*) FROM events WHERE id >= 200");
     let pinned_expired = count(
-        &mut db,
+        &mut admin,
         "SELECT count(*) FROM events WHERE id >= 200 AND created_at < now() - interval '5 days'",
     );
     assert_eq!(
-        count(&mut db, "SELECT pinned FROM retention.preview('events')"),
+        count(&mut admin, "SELECT pinned FROM retention.preview('events')"),
         pinned_expired
     );
     let listed: Vec<String> = column(
-        &mut db,
+        &mut admin,
         "SELECT partition FROM retention.preview_partitions('events')",
     );
     assert!(
@@ -600,43 +675,45 @@ fn a_leaf_a_consumer_pins_is_not_dropped_and_its_pinned_rows_stay() {
         !listed.contains(&"public.events_m10".to_owned()),
         "{listed:?}"
     );
-    db.batch_execute("CALL retention.run()").unwrap();
-    let dropped: Vec<String> = drops(&mut db).into_iter().map(|(p, _)| p).collect();
+    admin.batch_execute("CALL retention.run()").unwrap();
+    let dropped: Vec<String> = drops(&mut admin).into_iter().map(|(p, _)| p).collect();
     assert_eq!(dropped, sorted(listed), "the run drops what preview listed");
-    assert!(!exists(&mut db, "events_m6") && !exists(&mut db, "events_m7"));
-    assert!(exists(&mut db, "events_m9") && exists(&mut db, "events_m10"));
+    assert!(!exists(&mut admin, "events_m6") && !exists(&mut admin, "events_m7"));
+    assert!(exists(&mut admin, "events_m9") && exists(&mut admin, "events_m10"));
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM events WHERE id >= 200"),
+        count(&mut admin, "SELECT count(*) FROM events WHERE id >= 200"),
         pinned_before,
         "every pinned row stays"
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM events WHERE id < 200 AND created_at < now() - interval '5 days'"
         ),
         0,
         "every expired row below the position went"
     );
     // Unpinned, the wholly expired leaves go whole.
-    db.batch_execute("SELECT retention.unregister_consumer('events', 'c')")
+    admin
+        .batch_execute("SELECT retention.unregister_consumer('events', 'c')")
         .unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
-    assert!(!exists(&mut db, "events_m9") && !exists(&mut db, "events_m10"));
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert!(!exists(&mut admin, "events_m9") && !exists(&mut admin, "events_m10"));
 }
 
 #[test]
 fn a_drop_blocked_by_a_long_transaction_is_skipped_and_ledgered_without_blocking_inserts() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
-    policy(&mut db, "");
-    // A long transaction that has read the table: its ACCESS SHARE lock stays until it ends.
-    let mut long = c.connect("postgres");
+    let (_, mut admin) = events(&c);
+    policy(&mut admin, "");
+    // A long transaction of the application's that has read the table: its ACCESS SHARE lock
+    // stays until it ends.
+    let mut long = c.app("postgres");
     long.batch_execute("BEGIN; SELECT count(*) FROM events;")
         .unwrap();
-    // A writer inserting all along; a blocked insert would fail its 5 s statement timeout.
-    let url = c.url("postgres");
+    // The application inserting all along; a blocked insert would fail its 5 s statement
+    // timeout.
+    let url = c.url_as("postgres", "app");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let stop = stop.clone();
@@ -657,7 +734,7 @@ fn a_drop_blocked_by_a_long_transaction_is_skipped_and_ledgered_without_blocking
         })
     };
     std::thread::sleep(Duration::from_millis(200));
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let inserted = writer.join().expect("the writer's inserts all succeeded");
@@ -666,10 +743,10 @@ fn a_drop_blocked_by_a_long_transaction_is_skipped_and_ledgered_without_blocking
         "the writer ran throughout ({inserted} inserts)"
     );
     assert!(
-        drops(&mut db).is_empty(),
+        drops(&mut admin).is_empty(),
         "nothing is dropped while the long transaction holds its lock"
     );
-    let skipped: Vec<String> = db
+    let skipped: Vec<String> = admin
         .query(
             "SELECT detail->>'partition' FROM retention.ledger WHERE method = 'drop_skipped'",
             &[],
@@ -684,88 +761,87 @@ fn a_drop_blocked_by_a_long_transaction_is_skipped_and_ledgered_without_blocking
         "each put-off drop is ledgered"
     );
     for leaf in WHOLLY_EXPIRED {
-        assert!(exists(&mut db, leaf));
+        assert!(exists(&mut admin, leaf));
     }
     // The next run, with the long transaction gone, drops them.
     long.batch_execute("COMMIT").unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
-        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        sorted(drops(&mut admin).into_iter().map(|d| d.0).collect()),
         public(&WHOLLY_EXPIRED)
     );
-    assert_eq!(expired(&mut db), 0);
+    assert_eq!(expired(&mut admin), 0);
 }
 
 #[test]
 fn a_leaf_locked_by_another_transaction_is_put_off_while_the_leaves_around_it_are_dropped() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
-    policy(&mut db, "");
-    // A transaction that holds one expired leaf (not the partitioned table): the run's SHARE
-    // lock on that leaf is not granted, every other lock is.
-    let mut long = c.connect("postgres");
+    let (_, mut admin) = events(&c);
+    policy(&mut admin, "");
+    // An application transaction that holds one expired leaf (not the partitioned table): the
+    // run's SHARE lock on that leaf is not granted, every other lock is.
+    let mut long = c.app("postgres");
     long.batch_execute("BEGIN; LOCK TABLE ONLY events_m8 IN ROW EXCLUSIVE MODE;")
         .unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     let others: Vec<&str> = WHOLLY_EXPIRED
         .iter()
         .copied()
         .filter(|l| *l != "events_m8")
         .collect();
     assert_eq!(
-        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        sorted(drops(&mut admin).into_iter().map(|d| d.0).collect()),
         public(&others),
         "the leaves before and after the locked one are dropped in the same run"
     );
     assert_eq!(
         text(
-            &mut db,
+            &mut admin,
             "SELECT string_agg(detail->>'partition', ',') FROM retention.ledger
               WHERE method = 'drop_skipped'"
         ),
         "public.events_m8",
         "the locked leaf's drop is put off and ledgered"
     );
-    assert!(exists(&mut db, "events_m8"));
+    assert!(exists(&mut admin, "events_m8"));
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM events_m8"),
+        count(&mut admin, "SELECT count(*) FROM events_m8"),
         24,
         "its rows are all still there"
     );
     long.batch_execute("COMMIT").unwrap();
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
-        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        sorted(drops(&mut admin).into_iter().map(|d| d.0).collect()),
         public(&WHOLLY_EXPIRED),
         "the next run drops it"
     );
-    assert_eq!(expired(&mut db), 0);
+    assert_eq!(expired(&mut admin), 0);
 }
 
 #[test]
 fn a_delete_policy_on_a_partitioned_table_with_an_archive_policy_on_a_leaf_is_refused() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
+    let (_, mut admin) = events(&c);
     // An archive policy on one leaf, then a delete policy on the table above it: refused, the
     // delete policy could drop audit rows before they are archived; and the other way round.
-    db.batch_execute(
+    admin.batch_execute(
         "SELECT retention.add_policy(name => 'a', relation => 'events_m3', kind => 'age', age_column => 'created_at',
                 older_than => '5 days', action => 'archive_then_delete', terminal => 'true')",
     )
     .unwrap();
     let (code, msg) = expect_error(
-        &mut db,
+        &mut admin,
         "SELECT retention.add_policy(name => 'd', relation => 'events', kind => 'age', age_column => 'created_at',
                 older_than => '5 days')",
     );
     assert_eq!(code, "RT102", "{msg}");
-    db.batch_execute("SELECT retention.drop_policy('a')")
+    admin
+        .batch_execute("SELECT retention.drop_policy('a')")
         .unwrap();
-    policy(&mut db, "");
+    policy(&mut admin, "");
     let (code, msg) = expect_error(
-        &mut db,
+        &mut admin,
         "SELECT retention.add_policy(name => 'a', relation => 'events_m3', kind => 'age', age_column => 'created_at',
                 older_than => '5 days', action => 'archive_then_delete', terminal => 'true')",
     );
@@ -779,61 +855,78 @@ fn a_delete_policy_on_a_partitioned_table_with_an_archive_policy_on_a_leaf_is_re
 /// one (pruned).
 fn archive_partitioned(batch_rows: &str) -> (Vec<String>, i64) {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
-    db.batch_execute(
-        "UPDATE events SET payload = 'open' WHERE tenant = 2 AND created_at >= date_trunc('day', now()) - interval '5 days';
-         SELECT retention.add_policy(name => 'ev', relation => 'events', kind => 'age', age_column => 'created_at',
-                older_than => '5 days', terminal => $$payload <> 'open'$$, action => 'archive_then_delete');
-         CREATE TABLE expected AS SELECT * FROM events
-          WHERE payload <> 'open' AND created_at < now() - interval '5 days';",
+    let (mut app, mut admin) = events(&c);
+    app.batch_execute(
+        "UPDATE events SET payload = 'open' WHERE tenant = 2 AND created_at >= date_trunc('day', now()) - interval '5 days';",
     )
     .unwrap();
-    let want = count(&mut db, "SELECT count(*) FROM expected");
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'ev', relation => 'events', kind => 'age', age_column => 'created_at',
+                older_than => '5 days', terminal => $$payload <> 'open'$$, action => 'archive_then_delete');",
+        )
+        .unwrap();
+    // The test's own copy of the eligible rows: made by the superuser in set-up, granted.
+    c.execute(
+        "postgres",
+        "CREATE TABLE expected AS SELECT * FROM events
+          WHERE payload <> 'open' AND created_at < now() - interval '5 days';",
+    );
+    c.grant_app_and_admin("postgres");
+    let want = count(&mut admin, "SELECT count(*) FROM expected");
     assert!(want > 100);
     // The fixpoint guard reaches every leaf: an eligible row cannot change.
     let (code, msg) = expect_error(
-        &mut db,
+        &mut app,
         "UPDATE events SET payload = 'changed' WHERE id = 200",
     );
     assert_eq!(code, "RT501", "{msg}");
     let dir = pg_retention_integration::temp_dir("pg-retention-partitions");
-    let a = Archiver::new(&c.url("postgres"), &format!("file://{}", dir.display()));
+    let a = Archiver::new(
+        &c.archiver_url("postgres"),
+        &format!("file://{}", dir.display()),
+    );
     let o = a.run(&["once", "--batch-rows", batch_rows]);
     assert!(o.status.success(), "{}", archiver::text(&o));
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM events WHERE payload <> 'open' AND created_at < now() - interval '5 days'"),
+        count(&mut admin, "SELECT count(*) FROM events WHERE payload <> 'open' AND created_at < now() - interval '5 days'"),
         0,
         "every eligible row is archived and gone"
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT sum(deleted)::bigint FROM retention.archives"
         ),
         want
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM events WHERE payload = 'open'"),
-        count(&mut db, "SELECT count(*) FROM events WHERE tenant = 2 AND created_at >= date_trunc('day', now()) - interval '5 days'"),
+        count(&mut admin, "SELECT count(*) FROM events WHERE payload = 'open'"),
+        count(&mut admin, "SELECT count(*) FROM events WHERE tenant = 2 AND created_at >= date_trunc('day', now()) - interval '5 days'"),
         "rows that are not terminal stay"
     );
     let o = a.run(&["verify", "--all"]);
     assert!(o.status.success(), "{}", archiver::text(&o));
-    let restored = a.restore_all();
+    // Restores create tables: the restorer, not the archiver role; the restored tables are then
+    // granted for the checks.
+    let restored = a
+        .clone()
+        .with_database_url(&c.restorer_url("postgres"))
+        .restore_all();
+    c.grant_app_and_admin("postgres");
     assert_eq!(
-        count(&mut db, &format!("SELECT count(*) FROM ({restored}) r")),
+        count(&mut admin, &format!("SELECT count(*) FROM ({restored}) r")),
         want
     );
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             &format!("SELECT count(*) FROM (SELECT * FROM expected EXCEPT ALL ({restored})) d")
         ),
         0,
         "the restored rows are exactly the rows archived and gone"
     );
-    let dropped: Vec<(String, i64, bool)> = db
+    let dropped: Vec<(String, i64, bool)> = admin
         .query(
             "SELECT l.detail->>'partition', l.rows, a.deleted = l.rows
                FROM retention.ledger l JOIN retention.archives a ON a.id = l.archive_id
@@ -850,16 +943,16 @@ fn archive_partitioned(batch_rows: &str) -> (Vec<String>, i64) {
             "{leaf}: the drop rests on an archive of exactly its {rows} rows"
         );
         assert!(
-            !exists(&mut db, leaf.trim_start_matches("public.")),
+            !exists(&mut admin, leaf.trim_start_matches("public.")),
             "{leaf} is dropped"
         );
     }
     assert!(
-        exists(&mut db, "events_default"),
+        exists(&mut admin, "events_default"),
         "the default partition is never dropped"
     );
     let pruned = count(
-        &mut db,
+        &mut admin,
         "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method = 'prune'",
     );
     let dropped_rows: i64 = dropped.iter().map(|d| d.1).sum();
@@ -899,19 +992,29 @@ fn archive_then_delete_on_a_partitioned_table_archives_leaf_by_leaf() {
 #[test]
 fn a_pg_partman_managed_parent_is_retired_while_pg_partman_premakes_new_leaves() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    db.batch_execute(
+    // Set-up by the superuser: pg_partman and the table it manages, handed to `admin` with the
+    // leaves pg_partman made.
+    c.execute(
+        "postgres",
         "CREATE SCHEMA partman;
          CREATE EXTENSION pg_partman SCHEMA partman;
          CREATE TABLE pm (id bigint NOT NULL, created_at timestamptz NOT NULL, PRIMARY KEY (id, created_at))
            PARTITION BY RANGE (created_at);
          SELECT partman.create_parent('public.pm', 'created_at', 'native', 'daily', p_premake := 2,
-                                      p_start_partition := (now() - interval '10 days')::text);
-         INSERT INTO pm SELECT g, now() - make_interval(hours => g) FROM generate_series(1, 240) g;
-         SELECT retention.add_policy(name => 'pm', relation => 'pm', kind => 'age',
-                age_column => 'created_at', older_than => '5 days');",
+                                      p_start_partition := (now() - interval '10 days')::text);",
+    );
+    own_and_grant(&c, &["pm"]);
+    let (mut app, mut admin) = c.app_and_admin("postgres");
+    app.batch_execute(
+        "INSERT INTO pm SELECT g, now() - make_interval(hours => g) FROM generate_series(1, 240) g;",
     )
     .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'pm', relation => 'pm', kind => 'age',
+                age_column => 'created_at', older_than => '5 days');",
+        )
+        .unwrap();
     let leaves = |db: &mut Client| -> Vec<String> {
         db.query(
             "SELECT relid::regclass::text FROM pg_partition_tree('pm') WHERE isleaf ORDER BY 1",
@@ -922,8 +1025,8 @@ fn a_pg_partman_managed_parent_is_retired_while_pg_partman_premakes_new_leaves()
         .map(|r| r.get(0))
         .collect()
     };
-    let before = leaves(&mut db);
-    let to_drop: Vec<String> = db
+    let before = leaves(&mut admin);
+    let to_drop: Vec<String> = admin
         .query(
             "SELECT partition FROM retention.preview_partitions('pm')",
             &[],
@@ -934,44 +1037,50 @@ fn a_pg_partman_managed_parent_is_retired_while_pg_partman_premakes_new_leaves()
         .collect();
     assert!(to_drop.len() >= 5, "the old daily leaves: {to_drop:?}");
     let expired_before = count(
-        &mut db,
+        &mut admin,
         "SELECT count(*) FROM pm WHERE created_at < now() - interval '5 days'",
     );
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
         count(
-            &mut db,
+            &mut admin,
             "SELECT count(*) FROM pm WHERE created_at < now() - interval '5 days'"
         ),
         0
     );
-    let dropped: Vec<String> = drops(&mut db).into_iter().map(|d| d.0).collect();
+    let dropped: Vec<String> = drops(&mut admin).into_iter().map(|d| d.0).collect();
     assert_eq!(sorted(dropped.clone()), sorted(to_drop.clone()));
-    let after = leaves(&mut db);
+    let after = leaves(&mut admin);
     assert_eq!(after.len(), before.len() - dropped.len());
     assert!(
         after.iter().any(|l| l == "pm_default"),
         "pg_partman's default partition stays"
     );
     assert_eq!(
-        count(&mut db, "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method IN ('prune', 'drop_partition')"),
+        count(&mut admin, "SELECT coalesce(sum(rows), 0)::bigint FROM retention.ledger WHERE method IN ('prune', 'drop_partition')"),
         expired_before
     );
-    // pg_partman keeps premaking: more future leaves, which the next run leaves alone.
-    db.batch_execute(
+    // pg_partman keeps premaking: more future leaves, which the next run leaves alone. Its
+    // configuration and maintenance are pg_partman's (its background worker or a scheduled job,
+    // as the role that installed it), not an application's or retention's: the superuser here.
+    c.execute(
+        "postgres",
         "UPDATE partman.part_config SET premake = 6 WHERE parent_table = 'public.pm';
          SELECT partman.run_maintenance('public.pm');",
-    )
-    .unwrap();
-    let premade = leaves(&mut db);
+    );
+    let premade = leaves(&mut admin);
     assert!(
         premade.len() > after.len(),
         "pg_partman premade new leaves: {premade:?}"
     );
-    db.batch_execute("CALL retention.run()").unwrap();
-    assert_eq!(leaves(&mut db), premade, "future leaves are never dropped");
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM pm"),
+        leaves(&mut admin),
+        premade,
+        "future leaves are never dropped"
+    );
+    assert_eq!(
+        count(&mut admin, "SELECT count(*) FROM pm"),
         240 - expired_before
     );
 }
@@ -1005,37 +1114,41 @@ fn skips(db: &mut Client) -> Vec<(String, String)> {
 #[test]
 fn a_run_that_fails_after_detaching_leaves_attaches_them_again_with_every_row() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
-    policy(&mut db, "");
-    let before = leaves(&mut db);
-    let total = count(&mut db, "SELECT count(*) FROM events");
-    // The second transaction of a retirement, the drop, fails.
+    let (_, mut admin) = events(&c);
+    policy(&mut admin, "");
+    let before = leaves(&mut admin);
+    let total = count(&mut admin, "SELECT count(*) FROM events");
+    // The second transaction of a retirement, the drop, fails: an event trigger, which only a
+    // superuser may make.
+    let mut su = c.connect("postgres");
     on_drop_table(
-        &mut db,
+        &mut su,
         "RAISE EXCEPTION 'no drops today' USING ERRCODE = '55000';",
     );
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
         text(
-            &mut db,
+            &mut admin,
             "SELECT detail->>'error' FROM retention.ledger WHERE method = 'error'"
         ),
         "no drops today",
         "the failed drop is the run's ledgered error"
     );
-    assert!(drops(&mut db).is_empty(), "nothing is ledgered as dropped");
+    assert!(
+        drops(&mut admin).is_empty(),
+        "nothing is ledgered as dropped"
+    );
     assert_eq!(
-        leaves(&mut db),
+        leaves(&mut admin),
         before,
         "every detached leaf is a leaf again"
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM events"),
+        count(&mut admin, "SELECT count(*) FROM events"),
         total,
         "with every row"
     );
-    let skipped = skips(&mut db);
+    let skipped = skips(&mut admin);
     assert!(!skipped.is_empty());
     for (leaf, reason) in &skipped {
         assert!(
@@ -1049,32 +1162,34 @@ fn a_run_that_fails_after_detaching_leaves_attaches_them_again_with_every_row() 
             "{leaf}"
         );
     }
+    // retention.retiring_leaves is a catalog table no role is granted: the superuser reads it.
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM retention.retiring_leaves"),
+        count(&mut su, "SELECT count(*) FROM retention.retiring_leaves"),
         0
     );
-    // With drops allowed again, the next run retires them.
-    no_event_trigger(&mut db);
-    db.batch_execute("CALL retention.run()").unwrap();
+    // With drops allowed again (the superuser's event trigger gone), the next run retires them.
+    no_event_trigger(&mut su);
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
-        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        sorted(drops(&mut admin).into_iter().map(|d| d.0).collect()),
         public(&WHOLLY_EXPIRED)
     );
-    assert_eq!(expired(&mut db), 0);
+    assert_eq!(expired(&mut admin), 0);
 }
 
 #[test]
 fn a_leaf_left_detached_by_a_killed_run_is_attached_again_by_the_next_run_or_kept_when_it_changed()
 {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
-    policy(&mut db, "");
-    let per_leaf = wholly_expired_rows(&mut db);
+    let (mut app, mut admin) = events(&c);
+    policy(&mut admin, "");
+    let per_leaf = wholly_expired_rows(&mut admin);
     // The run's drop waits, and its session is killed there: between the transaction that
-    // detached the leaves and the one that drops them.
-    on_drop_table(&mut db, "PERFORM pg_sleep(60);");
-    let mut runner = c.connect("postgres");
+    // detached the leaves and the one that drops them. The wait is an event trigger, which only
+    // a superuser may make; the run and the kill are `admin`'s (its own session).
+    let mut su = c.connect("postgres");
+    on_drop_table(&mut su, "PERFORM pg_sleep(60);");
+    let mut runner = c.admin("postgres");
     let pid: i32 = runner
         .query_one("SELECT pg_backend_pid()", &[])
         .unwrap()
@@ -1082,11 +1197,11 @@ fn a_leaf_left_detached_by_a_killed_run_is_attached_again_by_the_next_run_or_kep
     // Dates printed day first there and read month first by the run that attaches the leaves
     // again: the bound it was detached with must read back the same.
     runner.batch_execute("SET DateStyle = 'SQL, DMY'").unwrap();
-    db.batch_execute("SET DateStyle = 'SQL, MDY'").unwrap();
+    admin.batch_execute("SET DateStyle = 'SQL, MDY'").unwrap();
     let run = std::thread::spawn(move || runner.batch_execute("CALL retention.run()"));
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while count(
-        &mut db,
+        &mut admin,
         &format!(
             "SELECT count(*) FROM pg_stat_activity WHERE pid = {pid} AND wait_event = 'PgSleep'"
         ),
@@ -1098,11 +1213,13 @@ fn a_leaf_left_detached_by_a_killed_run_is_attached_again_by_the_next_run_or_kep
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    db.batch_execute(&format!("SELECT pg_terminate_backend({pid}, 10000)"))
+    admin
+        .batch_execute(&format!("SELECT pg_terminate_backend({pid}, 10000)"))
         .unwrap();
     assert!(run.join().unwrap().is_err(), "the killed run's CALL fails");
-    no_event_trigger(&mut db);
-    let left: Vec<String> = db
+    no_event_trigger(&mut su);
+    // retention.retiring_leaves is a catalog table no role is granted: the superuser reads it.
+    let left: Vec<String> = su
         .query(
             "SELECT qualified FROM retention.retiring_leaves ORDER BY 1",
             &[],
@@ -1115,25 +1232,26 @@ fn a_leaf_left_detached_by_a_killed_run_is_attached_again_by_the_next_run_or_kep
     for leaf in &left {
         assert_eq!(
             count(
-                &mut db,
+                &mut admin,
                 &format!("SELECT count(*) FROM pg_inherits WHERE inhrelid = '{leaf}'::regclass")
             ),
             0,
             "{leaf} is detached"
         );
     }
-    assert!(drops(&mut db).is_empty());
+    assert!(drops(&mut admin).is_empty());
     // With the session's lock gone, one of them is written to: a young row, which its bound
     // no longer keeps out.
+    // The application still has its privileges on the detached table.
     let changed = left[0].clone();
-    db.batch_execute(&format!(
+    app.batch_execute(&format!(
         "INSERT INTO {changed} VALUES (100000, 0, now(), 'new')"
     ))
     .unwrap();
-    let changed_rows = count(&mut db, &format!("SELECT count(*) FROM {changed}"));
+    let changed_rows = count(&mut admin, &format!("SELECT count(*) FROM {changed}"));
 
-    db.batch_execute("CALL retention.run()").unwrap();
-    let skipped = skips(&mut db);
+    admin.batch_execute("CALL retention.run()").unwrap();
+    let skipped = skips(&mut admin);
     for leaf in &left {
         let reason = &skipped
             .iter()
@@ -1153,7 +1271,7 @@ fn a_leaf_left_detached_by_a_killed_run_is_attached_again_by_the_next_run_or_kep
     }
     // The changed leaf is kept, every row of it; the others were proven again and dropped.
     assert_eq!(
-        count(&mut db, &format!("SELECT count(*) FROM {changed}")),
+        count(&mut admin, &format!("SELECT count(*) FROM {changed}")),
         changed_rows
     );
     let mut expected: Vec<(String, i64)> = per_leaf
@@ -1161,9 +1279,9 @@ fn a_leaf_left_detached_by_a_killed_run_is_attached_again_by_the_next_run_or_kep
         .filter(|(l, _)| *l != changed)
         .collect();
     expected.sort();
-    assert_eq!(drops(&mut db), expected);
+    assert_eq!(drops(&mut admin), expected);
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM retention.retiring_leaves"),
+        count(&mut su, "SELECT count(*) FROM retention.retiring_leaves"),
         0
     );
 }
@@ -1171,30 +1289,38 @@ fn a_leaf_left_detached_by_a_killed_run_is_attached_again_by_the_next_run_or_kep
 #[test]
 fn a_whole_leaf_drop_runs_without_the_partitioned_table_locked() {
     let c = Cluster::start(&[]);
-    let mut db = c.connect("postgres");
-    events(&mut db);
-    policy(&mut db, "");
+    let (_, mut admin) = events(&c);
+    policy(&mut admin, "");
     // At each DROP TABLE: whether the dropping transaction holds any lock on `events`. A drop
     // removes the leaf's files at its commit, and a writer of `events` would wait for that.
-    db.batch_execute("CREATE TABLE drop_saw (parent_locked boolean)")
-        .unwrap();
+    // The record table and the event trigger are the superuser's (only a superuser may make an
+    // event trigger); the trigger fires in the run's DROP TABLE, which runs as the policy's
+    // owner, so `admin` may insert into the record table.
+    c.execute(
+        "postgres",
+        "CREATE TABLE drop_saw (parent_locked boolean);
+         GRANT SELECT, INSERT ON drop_saw TO admin;",
+    );
     on_drop_table(
-        &mut db,
+        &mut c.connect("postgres"),
         "INSERT INTO public.drop_saw
              SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = pg_backend_pid()
                                AND relation = 'public.events'::regclass);",
     );
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
-        sorted(drops(&mut db).into_iter().map(|d| d.0).collect()),
+        sorted(drops(&mut admin).into_iter().map(|d| d.0).collect()),
         public(&WHOLLY_EXPIRED)
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM drop_saw"),
+        count(&mut admin, "SELECT count(*) FROM drop_saw"),
         WHOLLY_EXPIRED.len() as i64
     );
     assert_eq!(
-        count(&mut db, "SELECT count(*) FROM drop_saw WHERE parent_locked"),
+        count(
+            &mut admin,
+            "SELECT count(*) FROM drop_saw WHERE parent_locked"
+        ),
         0,
         "no drop's transaction holds the partitioned table"
     );

@@ -4,6 +4,17 @@
 //! function works, and the schema equals a fresh install's, compared in the catalog. Logical
 //! dump and restore into a new database: policies find their tables again, holds protect,
 //! ledger and archive index are intact and new ids do not collide.
+//!
+//! Production roles on the data path, in both releases (0.1.0 has `retention_admin` and
+//! `retention_archiver` already): tables are made by the superuser in set-up, application rows
+//! are written by `app` (table privileges only), policies, holds, previews, runs and the views
+//! are `admin`'s (a member of `retention_admin`, not a superuser), and both archivers, the
+//! past release's and this one's, run as `archiver` (only in `retention_archiver`). The
+//! superuser stays where it is needed, commented: `CREATE EXTENSION`, `ALTER EXTENSION ...
+//! UPDATE`, `pg_dump`/`pg_restore` and `CREATE DATABASE`, and reading the extension's catalog
+//! tables (the row-by-row comparison across the upgrade, the running totals, the schema
+//! compared with a fresh install's, `retention.batches`, the carried ids), which no role is
+//! granted.
 
 use pg_retention_integration::archiver::{text, Archiver};
 use pg_retention_integration::cluster::SCRATCH;
@@ -73,11 +84,20 @@ fn past_archiver() -> PathBuf {
     p
 }
 
-const FILL: &str = "
+/// The tables of [`FILL_ROWS`] and [`FILL_POLICIES`] (the superuser's set-up).
+const FILL_TABLES: &str = "
     CREATE TABLE outbox (id bigint PRIMARY KEY, tenant int NOT NULL, status text NOT NULL, created_at timestamptz NOT NULL);
-    INSERT INTO outbox SELECT g, g % 10, 'sent', now() - make_interval(days => g % 60, hours => 12) FROM generate_series(1, 2000) g;
     CREATE TABLE audit (id bigint PRIMARY KEY, state text NOT NULL, closed_at timestamptz NOT NULL, note text);
+";
+
+/// Application rows (written by `app`).
+const FILL_ROWS: &str = "
+    INSERT INTO outbox SELECT g, g % 10, 'sent', now() - make_interval(days => g % 60, hours => 12) FROM generate_series(1, 2000) g;
     INSERT INTO audit SELECT g, 'closed', now() - make_interval(days => 31 + g % 30), 'note ' || g FROM generate_series(1, 1200) g;
+";
+
+/// Policies and holds (made by `admin`).
+const FILL_POLICIES: &str = "
     SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age', age_column => 'created_at',
            older_than => '30 days', terminal => $$status = 'sent'$$, batch_size => 100);
     SELECT retention.add_policy(name => 'audit', relation => 'audit', kind => 'age', age_column => 'closed_at',
@@ -99,13 +119,19 @@ fn an_upgraded_0_1_0_database_keeps_every_row_works_and_equals_a_fresh_install()
     let dir = std::env::temp_dir().join(format!("pg-retention-upgrade-{}", c.port()));
     let store = format!("file://{}", dir.display());
     {
-        let mut db = c.connect("postgres");
-        db.batch_execute(&format!("CREATE EXTENSION pg_retention VERSION '{PAST}'"))
-            .unwrap();
-        db.batch_execute(FILL).unwrap();
-        db.batch_execute("CALL retention.run('outbox')").unwrap();
+        // Creating the extension is the superuser's, and so are the tables (set-up).
+        c.execute(
+            "postgres",
+            &format!("CREATE EXTENSION pg_retention VERSION '{PAST}'"),
+        );
+        c.execute("postgres", FILL_TABLES);
+        c.grant_app_and_admin("postgres");
+        let (mut app, mut admin) = c.app_and_admin("postgres");
+        app.batch_execute(FILL_ROWS).unwrap();
+        admin.batch_execute(FILL_POLICIES).unwrap();
+        admin.batch_execute("CALL retention.run('outbox')").unwrap();
         assert_eq!(
-            scalar(&mut db, OUTBOX_EXPIRED),
+            scalar(&mut admin, OUTBOX_EXPIRED),
             99,
             "tenant 7's expired rows are held"
         );
@@ -113,12 +139,16 @@ fn an_upgraded_0_1_0_database_keeps_every_row_works_and_equals_a_fresh_install()
     // The past archiver archives part of the audit table: batches, archives, ledger.
     let old = Archiver {
         program: Some(past_archiver()),
-        ..Archiver::new(&c.url("postgres"), &store)
+        ..Archiver::new(&c.archiver_url("postgres"), &store)
     };
     let o = old.run(&["once", "--batch-rows", "250", "--max-batches", "2"]);
     assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        scalar(&mut c.admin("postgres"), "SELECT count(*) FROM audit"),
+        700
+    );
+    // The extension's catalog tables, row by row: only the superuser reads them.
     let mut db = c.connect("postgres");
-    assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit"), 700);
     let columns = table_columns(&mut db);
     let before = contents(&mut db, &columns);
     for (table, rows, _) in &before {
@@ -138,11 +168,14 @@ fn an_upgraded_0_1_0_database_keeps_every_row_works_and_equals_a_fresh_install()
     }
     drop(db);
 
-    // A fresh session: nothing of the past library is loaded in it.
+    // A fresh session: nothing of the past library is loaded in it. Updating the extension is
+    // the superuser's; it also reads the catalog tables below.
     let mut db = c.connect("postgres");
     db.batch_execute("ALTER EXTENSION pg_retention UPDATE")
         .unwrap();
     let mut db = c.connect("postgres");
+    // New sessions for the production roles too, after the update.
+    let (mut app, mut admin) = c.app_and_admin("postgres");
     let version: String = db
         .query_one(
             "SELECT extversion FROM pg_extension WHERE extname = 'pg_retention'",
@@ -190,58 +223,61 @@ fn an_upgraded_0_1_0_database_keeps_every_row_works_and_equals_a_fresh_install()
     // Every function works on the upgraded data: the hold placed at 0.1.0 still protects,
     // sweeps, preview, holds, health, and the current archiver finishes the audit table and
     // verifies the past release's archives with its own.
-    db.batch_execute(
+    app.batch_execute(
         "INSERT INTO outbox SELECT g, g % 10, 'sent', now() - interval '45 days' FROM generate_series(3001, 3100) g",
     )
     .unwrap();
     assert_eq!(
         scalar(
-            &mut db,
+            &mut admin,
             "SELECT would_delete FROM retention.preview() WHERE policy = 'outbox'"
         ),
         90
     );
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
-        scalar(&mut db, OUTBOX_EXPIRED),
+        scalar(&mut admin, OUTBOX_EXPIRED),
         109,
         "held rows of both eras stay"
     );
-    assert_eq!(scalar(&mut db, "SELECT count(*) FROM outbox WHERE tenant <> 7 AND created_at < now() - interval '30 days'"), 0);
-    db.batch_execute(
-        "SELECT retention.place_hold('audit', 'id = 1200', 'case 2026-3', 'legal@example.com');
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM outbox WHERE tenant <> 7 AND created_at < now() - interval '30 days'"), 0);
+    admin
+        .batch_execute(
+            "SELECT retention.place_hold('audit', 'id = 1200', 'case 2026-3', 'legal@example.com');
          SELECT retention.lift_hold(1, 'legal@example.com', 'case closed');
          SELECT * FROM retention.health();
          SELECT * FROM retention.stats;
          SELECT * FROM retention.tables;
          SELECT * FROM retention.workers;",
-    )
-    .unwrap();
-    let new = Archiver::new(&c.url("postgres"), &store);
+        )
+        .unwrap();
+    let new = Archiver::new(&c.archiver_url("postgres"), &store);
     let o = new.run(&["once"]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
-        scalar(&mut db, "SELECT count(*) FROM audit"),
+        scalar(&mut admin, "SELECT count(*) FROM audit"),
         1,
         "all but the held row archived"
     );
     let o = new.run(&["verify", "--all"]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(
-        scalar(&mut db, "SELECT count(*) FROM retention.archives"),
+        scalar(&mut admin, "SELECT count(*) FROM retention.archives"),
+        // retention.batches is a catalog table no role is granted: the superuser reads it.
         scalar(
             &mut db,
             "SELECT count(*) FROM retention.batches WHERE state = 'pruned'"
         )
     );
-    db.batch_execute("CALL retention.run()").unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
     assert_eq!(
-        scalar(&mut db, OUTBOX_EXPIRED),
+        scalar(&mut admin, OUTBOX_EXPIRED),
         0,
         "the lifted hold lets its rows go"
     );
 
-    // The upgraded schema equals a fresh install's.
+    // The upgraded schema equals a fresh install's (the superuser's: a new database, a new
+    // extension, the catalog compared).
     c.execute("postgres", "CREATE DATABASE fresh");
     c.execute("fresh", "CREATE EXTENSION pg_retention");
     let upgraded = catalog(&mut db);
@@ -295,23 +331,33 @@ const CARRIED_TABLES: [&str; 4] = [
 ];
 
 /// Two policies, a hold protecting rows, a sweep and one archived batch, then rows that expire
-/// only now (after the carrying over the policies must find them).
+/// only now (after the carrying over the policies must find them). The tables are the
+/// superuser's (set-up), the rows `app`'s, the policies, hold and sweep `admin`'s, the batch
+/// archived by `archiver`.
 fn fill_for_carrying(c: &Cluster, store: &str) -> Carried {
-    let mut src = c.connect("postgres");
-    src.batch_execute(
+    c.execute(
+        "postgres",
         "CREATE TABLE outbox (id bigint PRIMARY KEY, tenant int NOT NULL, status text NOT NULL, created_at timestamptz NOT NULL);
-         INSERT INTO outbox SELECT g, g % 10, 'sent', now() - make_interval(days => g % 60, hours => 12) FROM generate_series(1, 2000) g;
-         CREATE TABLE audit (id bigint PRIMARY KEY, state text NOT NULL, closed_at timestamptz NOT NULL);
-         INSERT INTO audit SELECT g, 'closed', now() - interval '40 days' FROM generate_series(1, 600) g;
-         SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age', age_column => 'created_at',
+         CREATE TABLE audit (id bigint PRIMARY KEY, state text NOT NULL, closed_at timestamptz NOT NULL);",
+    );
+    c.grant_app_and_admin("postgres");
+    let (mut app, mut admin) = c.app_and_admin("postgres");
+    app.batch_execute(
+        "INSERT INTO outbox SELECT g, g % 10, 'sent', now() - make_interval(days => g % 60, hours => 12) FROM generate_series(1, 2000) g;
+         INSERT INTO audit SELECT g, 'closed', now() - interval '40 days' FROM generate_series(1, 600) g;",
+    )
+    .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age', age_column => 'created_at',
                 older_than => '30 days', terminal => $$status = 'sent'$$);
          SELECT retention.add_policy(name => 'audit', relation => 'audit', kind => 'age', age_column => 'closed_at',
                 older_than => '30 days', terminal => $$state = 'closed'$$, action => 'archive_then_delete');
          SELECT retention.place_hold('outbox', 'tenant = 7', 'case 2026-1', 'legal@example.com');",
-    )
-    .unwrap();
-    src.batch_execute("CALL retention.run('outbox')").unwrap();
-    let o = Archiver::new(&c.url("postgres"), store).run(&[
+        )
+        .unwrap();
+    admin.batch_execute("CALL retention.run('outbox')").unwrap();
+    let o = Archiver::new(&c.archiver_url("postgres"), store).run(&[
         "once",
         "--batch-rows",
         "200",
@@ -319,28 +365,37 @@ fn fill_for_carrying(c: &Cluster, store: &str) -> Carried {
         "1",
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    src.batch_execute(
+    app.batch_execute(
         "INSERT INTO outbox SELECT g, g % 10, 'sent', now() - interval '45 days' FROM generate_series(3001, 3100) g",
     )
     .unwrap();
     let held = scalar(
-        &mut src,
+        &mut admin,
         "SELECT count(*) FROM outbox WHERE tenant = 7 AND created_at < now() - interval '30 days'",
     );
     assert!(held > 0);
+    // The largest ids of the catalog tables: only the superuser reads them.
+    let mut su = c.connect("postgres");
     Carried {
         held,
-        ids: CARRIED_TABLES.iter().map(|t| max_id(&mut src, t)).collect(),
-        ledger: scalar(&mut src, "SELECT count(*) FROM retention.ledger"),
-        outbox_oid: scalar(&mut src, "SELECT 'outbox'::regclass::oid::bigint"),
+        ids: CARRIED_TABLES.iter().map(|t| max_id(&mut su, t)).collect(),
+        ledger: scalar(&mut admin, "SELECT count(*) FROM retention.ledger"),
+        outbox_oid: scalar(&mut admin, "SELECT 'outbox'::regclass::oid::bigint"),
     }
 }
 
-/// In the carried-over database `url`: the policies name its tables, ledger and archive index
-/// are intact, a run deletes every expired row but the held ones, the archiver archives the
-/// rest and verifies the archive made before, and new ids continue after the carried ones.
-fn assert_carried(url: &str, store: &str, before: &Carried) {
-    let mut dst = Client::connect(url, postgres::NoTls).unwrap();
+/// A connection with `url`.
+fn connect(url: &str) -> Client {
+    Client::connect(url, postgres::NoTls).unwrap_or_else(|e| panic!("connect to {url}: {e}"))
+}
+
+/// In the carried-over database (`url_as(role)` connects to it as `role`; the roles came
+/// along): the policies name its tables, ledger and archive index are intact, a run deletes
+/// every expired row but the held ones, the archiver archives the rest and verifies the archive
+/// made before, and new ids continue after the carried ones. `admin` runs, reads and registers,
+/// `archiver` archives.
+fn assert_carried(url_as: &dyn Fn(&str) -> String, store: &str, before: &Carried) {
+    let mut dst = connect(&url_as("admin"));
     assert_eq!(
         scalar(&mut dst, "SELECT count(*) FROM retention.policies p WHERE p.relation IN ('outbox'::regclass, 'audit'::regclass)"),
         2,
@@ -372,7 +427,7 @@ fn assert_carried(url: &str, store: &str, before: &Carried) {
         ) > 0,
         "the run is ledgered after the carried entries"
     );
-    let a = Archiver::new(url, store);
+    let a = Archiver::new(&url_as("archiver"), store);
     let o = a.run(&["once"]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(scalar(&mut dst, "SELECT count(*) FROM audit"), 0);
@@ -384,10 +439,12 @@ fn assert_carried(url: &str, store: &str, before: &Carried) {
                 older_than => '60 days');",
     )
     .unwrap();
+    // The catalog tables' ids: only the superuser reads them.
+    let mut su = connect(&url_as("postgres"));
     for (table, max) in CARRIED_TABLES.iter().zip(&before.ids) {
         // Without the sequences carried over these inserts would collide with carried ids.
         let new = scalar(
-            &mut dst,
+            &mut su,
             &format!("SELECT count(*) FROM retention.{table} WHERE id > {max}"),
         );
         assert!(new > 0, "{table}: new rows after the carried ones");
@@ -401,6 +458,7 @@ fn a_dump_restored_into_a_new_database_keeps_policies_holds_archives_and_ids() {
     let store = format!("file://{}", dir.display());
     let before = fill_for_carrying(&c, &store);
     let dump = dir.with_extension("dump");
+    // Dumping and restoring a whole database (the extension with it) is the superuser's.
     client_program(
         "pg_dump",
         &[
@@ -423,13 +481,13 @@ fn a_dump_restored_into_a_new_database_keeps_policies_holds_archives_and_ids() {
     );
     assert_ne!(
         scalar(
-            &mut c.connect("restored"),
+            &mut c.admin("restored"),
             "SELECT 'outbox'::regclass::oid::bigint"
         ),
         before.outbox_oid,
         "the restored table has another oid, so the names were resolved again"
     );
-    assert_carried(&c.url("restored"), &store, &before);
+    assert_carried(&|role| c.url_as("restored", role), &store, &before);
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_file(dump);
 }
@@ -535,11 +593,14 @@ fn pg_upgrade_from_15_to_18_keeps_policies_holds_archives_and_ids() {
         pg_ctl: new_bin.join("pg_ctl"),
         data: &new_data,
     };
-    let url = format!(
-        "host=127.0.0.1 port={} user=postgres dbname=postgres",
-        ports[1]
-    );
-    let mut db = Client::connect(&url, postgres::NoTls).unwrap();
+    let url_as = |role: &str| {
+        format!(
+            "host=127.0.0.1 port={} user={role} dbname=postgres",
+            ports[1]
+        )
+    };
+    // The server's version and a table's oid, checked by the superuser that ran pg_upgrade.
+    let mut db = connect(&url_as("postgres"));
     let version: String = db.query_one("SHOW server_version_num", &[]).unwrap().get(0);
     assert!(version.starts_with("18"), "{version}");
     assert_eq!(
@@ -547,5 +608,5 @@ fn pg_upgrade_from_15_to_18_keeps_policies_holds_archives_and_ids() {
         before.outbox_oid,
         "pg_upgrade keeps table oids"
     );
-    assert_carried(&url, &store, &before);
+    assert_carried(&url_as, &store, &before);
 }
