@@ -264,7 +264,9 @@ AS $fn$ SELECT (x'52544e00'::bigint << 32) | policy_id $fn$;
 
 
 -- Sweeps delete-action policies now (one, or all when policy is NULL), committing after every
--- step. A policy whose lock is held by another pruner is skipped and that is ledgered.
+-- step. A policy whose lock is held by another pruner is skipped and that is ledgered. When
+-- any policy's run ended in error, raises RT601 at the end, naming them (what succeeded is
+-- committed), so a scheduler records the job as failed.
 CREATE PROCEDURE retention.run(policy text DEFAULT NULL)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -272,6 +274,7 @@ DECLARE
     st jsonb;
     n int := 0;
     pace jsonb;
+    failed text[] := '{}';
 BEGIN
     IF run.policy IS NOT NULL AND NOT EXISTS (SELECT 1 FROM retention.policies x WHERE x.name = run.policy) THEN
         RAISE EXCEPTION 'policy % does not exist', run.policy USING ERRCODE = '42704', HINT = 'See retention.policies.';
@@ -303,9 +306,20 @@ BEGIN
         COMMIT;
         RAISE NOTICE 'policy %: % (% rows deleted in % batches)%', p.name, st->>'outcome',
             st->>'deleted', st->>'batches', coalesce(': ' || (st->>'reason'), '');
+        IF st->>'outcome' = 'error' THEN
+            failed := failed || format('%s (ledger id %s)', p.name,
+                (SELECT max(l.id) FROM retention.ledger l WHERE l.policy = p.name AND l.method = 'run'));
+        END IF;
     END LOOP;
     IF n = 0 THEN
         RAISE NOTICE 'no enabled delete-action policy to run';
+    END IF;
+    IF cardinality(failed) > 0 THEN
+        RAISE EXCEPTION 'retention.run(): % of % policies ended in error: %', cardinality(failed), n,
+                array_to_string(failed, ', ')
+            USING ERRCODE = 'RT601',
+                  DETAIL = 'What the other policies deleted is committed; each failed run is ledgered (method run, outcome error) with its error.',
+                  HINT = 'See retention.ledger for the ledger ids named, and retention.health().';
     END IF;
 END
 $fn$;
@@ -320,43 +334,71 @@ $fn$;
 
 -- ---- The background worker: its state, its steps, wake() and health(). ----
 
--- Called by a worker when it starts: a previous worker that did not stop cleanly crashed.
-CREATE FUNCTION retention._worker_started(restarts bigint) RETURNS void
+-- Registers a worker's visit to this database: `visiting` is false when a worker of another
+-- visit is still alive here (the new one then ends); a previous visit that ended while
+-- sweeping (its process gone) crashed, and is ledgered. `resume` is what an earlier visit left
+-- of the cycle (NULL: a new cycle starts).
+CREATE FUNCTION retention._worker_visit(OUT visiting boolean, OUT resume bigint[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     prev retention.worker_state;
 BEGIN
+    -- One visit registers at a time per database.
+    PERFORM pg_advisory_xact_lock(hashtext('pg_retention worker_state'), hashtext(current_database()));
     SELECT * INTO prev FROM retention.worker_state w WHERE w.database = current_database();
-    IF FOUND AND prev.state <> 'stopped' AND prev.pid IS DISTINCT FROM pg_backend_pid() THEN
+    IF FOUND AND prev.state IN ('sweeping', 'paused') AND prev.pid IS DISTINCT FROM pg_backend_pid() THEN
+        IF EXISTS (SELECT 1 FROM pg_stat_activity a
+                    WHERE a.pid = prev.pid AND a.backend_type = 'pg_retention worker') THEN
+            visiting := false;
+            RETURN;
+        END IF;
         PERFORM retention._ledger_append('worker_crash', 'worker',
                 jsonb_build_object('previous_pid', prev.pid, 'previous_state', prev.state,
-                                   'policy', prev.current_policy, 'restarts', restarts),
+                                   'policy', prev.current_policy),
                 NULL, prev.current_policy);
-        RAISE WARNING 'pg_retention: the previous worker of database % (pid %) ended without stopping cleanly while %',
+        RAISE WARNING 'pg_retention: the previous visit to database % (pid %) ended without stopping cleanly while %',
             current_database(), prev.pid, prev.state;
     END IF;
-    INSERT INTO retention.worker_state (database, pid, state, started_at, updated_at)
-    VALUES (current_database(), pg_backend_pid(), 'idle', now(), now())
+    visiting := true;
+    resume := prev.cycle_resume;
+    INSERT INTO retention.worker_state (database, pid, state, started_at, last_cycle_start, updated_at)
+    VALUES (current_database(), pg_backend_pid(), 'sweeping', clock_timestamp(), clock_timestamp(), clock_timestamp())
     ON CONFLICT (database) DO UPDATE
-       SET pid = EXCLUDED.pid, state = 'idle', current_policy = NULL, started_at = now(),
-           last_cycle_start = NULL, last_cycle_end = NULL, next_wake = NULL, updated_at = now();
+       SET pid = EXCLUDED.pid, state = 'sweeping', current_policy = NULL, started_at = EXCLUDED.started_at,
+           last_cycle_start = CASE WHEN resume IS NULL THEN EXCLUDED.last_cycle_start
+                                   ELSE worker_state.last_cycle_start END,
+           next_wake = NULL, paused_since = NULL, pause_reason = NULL, updated_at = EXCLUDED.updated_at;
 END
 $fn$;
 
--- Records the worker's state: 'sweeping' with no policy starts a cycle, 'idle' after
--- 'sweeping' ends one. next_wake_secs is how long it will sleep.
-CREATE FUNCTION retention._worker_set(state text, policy text, next_wake_secs float8) RETURNS void
+-- Records the visiting worker's state and the policy it sweeps.
+CREATE FUNCTION retention._worker_set(state text, policy text) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     UPDATE retention.worker_state w SET
-        last_cycle_start = CASE WHEN $1 = 'sweeping' AND $2 IS NULL THEN clock_timestamp() ELSE w.last_cycle_start END,
-        last_cycle_end = CASE WHEN $1 IN ('idle', 'stopped') AND w.state = 'sweeping' THEN clock_timestamp() ELSE w.last_cycle_end END,
         state = $1,
         current_policy = $2,
-        next_wake = CASE WHEN $3 IS NULL THEN NULL ELSE clock_timestamp() + make_interval(secs => $3) END,
         updated_at = clock_timestamp(),
         paused_since = NULL,
         pause_reason = NULL
-    WHERE w.database = current_database();
+    WHERE w.database = current_database() AND $1 IS NOT NULL;
+$fn$;
+
+-- Records the end of a visit: `resume` is what it left of the cycle (NULL: the cycle is
+-- complete), next_visit_secs when the database is due again.
+CREATE FUNCTION retention._worker_visit_end(state text, resume bigint[], next_visit_secs float8)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    UPDATE retention.worker_state w SET
+        state = $1,
+        current_policy = NULL,
+        cycle_resume = $2,
+        last_cycle_end = CASE WHEN $2 IS NULL THEN clock_timestamp() ELSE w.last_cycle_end END,
+        last_visit_end = clock_timestamp(),
+        next_wake = clock_timestamp() + make_interval(secs => $3),
+        updated_at = clock_timestamp(),
+        paused_since = NULL,
+        pause_reason = NULL
+    WHERE w.database = current_database() AND $1 IS NOT NULL AND $3 IS NOT NULL;
 $fn$;
 
 -- The worker's sweep of `policy` waits between steps (pacing), since the first call of a pause.
@@ -379,12 +421,6 @@ LANGUAGE sql STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
         jsonb_build_object('reason', reason, 'seconds', round(seconds::numeric, 3)), policy_id);
 $fn$;
 
-CREATE FUNCTION retention._worker_wake_pending() RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT coalesce(bool_or(w.wake_requested_at > coalesce(w.last_cycle_start, '-infinity')), false)
-      FROM retention.worker_state w WHERE w.database = current_database();
-$fn$;
-
 -- Ledgers the policies a cycle did not reach because the cycle cap was hit.
 CREATE FUNCTION retention._worker_cycle_cap(cap bigint, skipped text[]) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
@@ -395,21 +431,14 @@ $fn$;
 
 
 
--- Asks this database's worker to start a cycle now. Returns whether a running worker was woken.
+-- Asks for a visit to this database now (the launcher gives it the next free worker, after
+-- a visit under way ends). Returns whether the launcher was told.
 CREATE FUNCTION retention.wake() RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    worker_pid integer;
 BEGIN
     UPDATE retention.worker_state w SET wake_requested_at = clock_timestamp()
-     WHERE w.database = current_database() RETURNING w.pid INTO worker_pid;
-    IF worker_pid IS NULL OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
-                                          WHERE a.pid = worker_pid AND a.backend_type = 'pg_retention worker') THEN
-        RAISE WARNING 'pg_retention: no worker is running for database %', current_database()
-            USING HINT = 'Set pg_retention.enabled = on and list the database in pg_retention.databases, then reload.';
-        RETURN false;
-    END IF;
-    RETURN retention._set_latch(worker_pid);
+     WHERE w.database = current_database();
+    RETURN retention._wake_launcher();
 END
 $fn$;
 
@@ -424,12 +453,17 @@ DECLARE
     -- (their defaults otherwise) so a managed host gets a report, not an error.
     preloaded boolean := retention._preloaded();
     enabled boolean := coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'on')::boolean;
-    served boolean := current_database()::text = ANY (
-        string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ','));
+    listed text[] := string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ',');
+    served boolean := current_database()::text = ANY (listed) OR '*' = ANY (listed);
     naptime interval := coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval;
-    running boolean := EXISTS (SELECT 1 FROM retention.workers w WHERE w.database = current_database() AND w.running);
+    launcher boolean := EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_type = 'pg_retention launcher');
+    -- Served is when the last visit ended, or one is under way; waiting past two naptimes
+    -- means the pool (pg_retention.max_workers) cannot keep up.
+    unserved interval := (SELECT clock_timestamp() - w.last_visit_end FROM retention.workers w
+                           WHERE w.database = current_database() AND NOT w.running);
     last_run record;
     overdue text;
+    skips bigint;
 BEGIN
     FOR p IN SELECT * FROM retention.policies ORDER BY name LOOP
         r := '{}';
@@ -440,8 +474,11 @@ BEGIN
                 r := array_append(r, 'worker disabled (pg_retention.enabled = off)');
             ELSIF NOT served THEN
                 r := array_append(r, format('database %s is not in pg_retention.databases', current_database()));
-            ELSIF NOT running THEN
-                r := array_append(r, 'worker not running for this database');
+            ELSIF NOT launcher THEN
+                r := array_append(r, 'the pg_retention launcher is not running');
+            ELSIF unserved > 2 * naptime THEN
+                r := array_append(r, format('database not served for %s, more than two naptimes (waiting for one of pg_retention.max_workers = %s workers)',
+                                            date_trunc('second', unserved), current_setting('pg_retention.max_workers', true)));
             END IF;
             -- From the running totals: one row, whatever the ledger's size.
             SELECT c.last_run_at AS at, c.last_outcome AS outcome INTO last_run
@@ -461,6 +498,12 @@ BEGIN
                 r := array_append(r, (SELECT format('sweep paused for %s (%s), longer than the grace of two naptimes',
                                                     date_trunc('second', clock_timestamp() - w.paused_since), w.pause_reason)
                                         FROM retention.worker_state w WHERE w.database = current_database()));
+            END IF;
+            skips := (SELECT count(*) FROM retention.ledger_entries l WHERE l.policy_id = p.id
+                        AND l.method = 'skip_locked' AND l.at > coalesce(last_run.at, '-infinity'));
+            IF skips >= 3 THEN
+                r := array_append(r, format('skipped %s times in a row since its last run: another session holds its lock (a pg_locks advisory lock on key %s)',
+                                            skips, retention._lock_key(p.id)));
             END IF;
             IF EXISTS (SELECT 1 FROM retention.ledger_entries l WHERE l.policy_id = p.id AND l.method = 'cycle_cap'
                         AND l.at > coalesce(last_run.at, '-infinity')) THEN
@@ -782,7 +825,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         ('pg_retention_policy_oldest_eligible_age_seconds', 'gauge', 'Age of the oldest row the policy may delete now (0: none); beyond the window plus a grace, retention stalls.'),
         ('pg_retention_policy_window_seconds', 'gauge', 'The policy''s older_than, in seconds.'),
         ('pg_retention_policy_enabled', 'gauge', '1 when the policy is enabled.'),
-        ('pg_retention_worker_up', 'gauge', '1 while the database''s background worker runs.'),
+        ('pg_retention_worker_up', 'gauge', '1 while the database is served: the launcher runs, the database is listed, and it has not waited for a worker past two naptimes.'),
         ('pg_retention_worker_last_cycle_timestamp_seconds', 'gauge', 'Unix time the worker last finished a cycle.'),
         ('pg_retention_worker_naptime_seconds', 'gauge', 'pg_retention.naptime: the worker''s time between cycles.'),
         ('pg_retention_erasure_supersessions_pending', 'gauge', 'Archives an erasure still has to rewrite.'),
@@ -811,7 +854,13 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
                     FROM p WHERE window_seconds IS NOT NULL
         UNION ALL SELECT 'pg_retention_policy_enabled', jsonb_build_object('policy', policy), enabled::int::float8 FROM p
         UNION ALL SELECT 'pg_retention_worker_up', jsonb_build_object('database', current_database()),
-                         coalesce((SELECT bool_or(w.running) FROM retention.workers w WHERE w.database = current_database()), false)::int::float8
+                         (EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_type = 'pg_retention launcher')
+                          AND coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'off')::boolean
+                          AND (SELECT current_database()::text = ANY (l) OR '*' = ANY (l)
+                                 FROM string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ',') l)
+                          AND coalesce((SELECT bool_and(w.running OR w.last_visit_end IS NULL OR w.last_visit_end > clock_timestamp()
+                                                        - 2 * coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval)
+                                          FROM retention.workers w WHERE w.database = current_database()), true))::int::float8
         UNION ALL SELECT 'pg_retention_worker_last_cycle_timestamp_seconds', jsonb_build_object('database', current_database()),
                          extract(epoch FROM w.last_cycle_end)::float8
                     FROM retention.workers w WHERE w.database = current_database() AND w.last_cycle_end IS NOT NULL
@@ -1010,9 +1059,9 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
 -- a superuser: their own steps and state, nothing else (a policy still runs as its owner).
 GRANT EXECUTE ON FUNCTION retention._run_order(text), retention._lock_key(bigint),
     retention._run_begin(bigint, text, bigint, boolean), retention._sweep_step_safe(jsonb),
-    retention._run_pace(jsonb), retention._run_end(jsonb, boolean), retention._worker_started(bigint),
-    retention._worker_set(text, text, float8), retention._worker_pause(text, text),
-    retention._worker_wake_pending(), retention._worker_cycle_cap(bigint, text[])
+    retention._run_pace(jsonb), retention._run_end(jsonb, boolean), retention._worker_visit(),
+    retention._worker_set(text, text), retention._worker_pause(text, text),
+    retention._worker_visit_end(text, bigint[], float8), retention._worker_cycle_cap(bigint, text[])
     TO retention_worker;
 -- Monitoring: retention.metrics() for pg_monitor (its members: postgres_exporter, sql_exporter),
 -- retention_admin and the archiver (its /metrics).

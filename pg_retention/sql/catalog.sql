@@ -135,7 +135,7 @@ CREATE TABLE retention.consumer_registrations (
 );
 CREATE SEQUENCE retention.consumer_epochs;
 
--- One row per database worker that ever ran in this database.
+-- The worker visits to this database: one row, about the last or current visit.
 CREATE TABLE retention.worker_state (
     database          name PRIMARY KEY,
     pid               integer,
@@ -150,7 +150,10 @@ CREATE TABLE retention.worker_state (
     -- While state = 'paused': since when the sweep of current_policy waits, and why
     -- (replica_lag, wal_rate).
     paused_since      timestamptz,
-    pause_reason      text
+    pause_reason      text,
+    -- When the last visit ended, and what it left of its cycle for the next (NULL: complete).
+    last_visit_end    timestamptz,
+    cycle_resume      bigint[]
 );
 
 -- The token bucket of pg_retention.max_wal_rate, one row per database (engine/pacing.rs):

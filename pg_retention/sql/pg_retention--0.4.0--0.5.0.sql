@@ -61,7 +61,8 @@ CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirat
     FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_expirations', '');
 
-ALTER TABLE retention.worker_state ADD COLUMN paused_since timestamptz, ADD COLUMN pause_reason text;
+ALTER TABLE retention.worker_state ADD COLUMN paused_since timestamptz, ADD COLUMN pause_reason text,
+    ADD COLUMN last_visit_end timestamptz, ADD COLUMN cycle_resume bigint[];
 CREATE INDEX ledger_entries_expire_operation ON retention.ledger_entries ((detail->>'operation'))
     WHERE method IN ('expire_prepare', 'expire_apply');
 CREATE TABLE retention.wal_budget (
@@ -291,13 +292,24 @@ GROUP BY p.relation;
 GRANT SELECT ON retention.policies, retention.policy_history, retention.holds, retention.ledger,
     retention.stats, retention.tables TO retention_admin;
 
--- The background workers of this database, and whether each is running now.
+-- Whether `pid` is a pg_retention worker: pg_stat_activity shows other roles' backend_type
+-- only to members of pg_read_all_stats, so the view asks as the extension's owner.
+CREATE OR REPLACE FUNCTION retention._is_worker(pid integer) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = $1 AND a.backend_type = 'pg_retention worker');
+$fn$;
+GRANT EXECUTE ON FUNCTION retention._is_worker(integer) TO retention_admin;
+
+-- The worker visits to this database: the last or current one (running: a worker is visiting
+-- now), the cycle (a cycle may take several visits: cycle_resume is what is left of it), when
+-- the next visit is due, and since when the database waits for a free worker past that.
 CREATE VIEW retention.workers AS
 SELECT w.database, w.pid, w.state, w.current_policy, w.started_at, w.last_cycle_start,
-       w.last_cycle_end, w.next_wake, w.paused_since, w.pause_reason,
-       EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
-                WHERE a.pid = w.pid AND a.backend_type = 'pg_retention worker') AS running
-FROM retention.worker_state w;
+       w.last_cycle_end, w.next_wake, w.paused_since, w.pause_reason, r.running,
+       w.last_visit_end, w.cycle_resume,
+       CASE WHEN NOT r.running AND w.next_wake < clock_timestamp() THEN w.next_wake END AS waiting_since
+FROM retention.worker_state w,
+     LATERAL (SELECT retention._is_worker(w.pid) AS running) r;
 GRANT SELECT ON retention.workers TO retention_admin;
 
 -- The archive index (archive.sql). object_key, blake3, rows and bytes are the archive's object
@@ -772,7 +784,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_lower_floor_wrapper';
 
--- pg_retention/src/api/worker.rs:58
+-- pg_retention/src/api/worker.rs:77
 -- pg_retention::api::worker::_overdue
 CREATE OR REPLACE FUNCTION "_overdue"(
 	"policy_id" bigint, /* i64 */
@@ -819,7 +831,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_predicate_problem_wrapper';
 
--- pg_retention/src/api/worker.rs:27
+-- pg_retention/src/api/worker.rs:46
 -- pg_retention::api::worker::_preloaded
 CREATE OR REPLACE FUNCTION "_preloaded"() RETURNS bool /* bool */
 STRICT SECURITY DEFINER
@@ -895,16 +907,6 @@ STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_pace_wrapper';
-
--- pg_retention/src/api/worker.rs:11
--- pg_retention::api::worker::_set_latch
-CREATE OR REPLACE FUNCTION "_set_latch"(
-	"pid" INT /* i32 */
-) RETURNS bool /* bool */
-STRICT SECURITY DEFINER
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_set_latch_wrapper';
 
 -- pg_retention/src/api/policy.rs:354
 -- pg_retention::api::policy::_set_policy_state
@@ -996,6 +998,14 @@ STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_unregister_consumer_wrapper';
+
+-- pg_retention/src/api/worker.rs:14
+-- pg_retention::api::worker::_wake_launcher
+CREATE OR REPLACE FUNCTION "_wake_launcher"() RETURNS bool /* bool */
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_wake_launcher_wrapper';
 
 -- pg_retention/src/api/archive.rs:105
 -- pg_retention::api::archive::claimed_slice
@@ -1316,7 +1326,9 @@ AS $fn$ SELECT (x'52544e00'::bigint << 32) | policy_id $fn$;
 
 
 -- Sweeps delete-action policies now (one, or all when policy is NULL), committing after every
--- step. A policy whose lock is held by another pruner is skipped and that is ledgered.
+-- step. A policy whose lock is held by another pruner is skipped and that is ledgered. When
+-- any policy's run ended in error, raises RT601 at the end, naming them (what succeeded is
+-- committed), so a scheduler records the job as failed.
 CREATE OR REPLACE PROCEDURE retention.run(policy text DEFAULT NULL)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -1324,6 +1336,7 @@ DECLARE
     st jsonb;
     n int := 0;
     pace jsonb;
+    failed text[] := '{}';
 BEGIN
     IF run.policy IS NOT NULL AND NOT EXISTS (SELECT 1 FROM retention.policies x WHERE x.name = run.policy) THEN
         RAISE EXCEPTION 'policy % does not exist', run.policy USING ERRCODE = '42704', HINT = 'See retention.policies.';
@@ -1355,9 +1368,20 @@ BEGIN
         COMMIT;
         RAISE NOTICE 'policy %: % (% rows deleted in % batches)%', p.name, st->>'outcome',
             st->>'deleted', st->>'batches', coalesce(': ' || (st->>'reason'), '');
+        IF st->>'outcome' = 'error' THEN
+            failed := failed || format('%s (ledger id %s)', p.name,
+                (SELECT max(l.id) FROM retention.ledger l WHERE l.policy = p.name AND l.method = 'run'));
+        END IF;
     END LOOP;
     IF n = 0 THEN
         RAISE NOTICE 'no enabled delete-action policy to run';
+    END IF;
+    IF cardinality(failed) > 0 THEN
+        RAISE EXCEPTION 'retention.run(): % of % policies ended in error: %', cardinality(failed), n,
+                array_to_string(failed, ', ')
+            USING ERRCODE = 'RT601',
+                  DETAIL = 'What the other policies deleted is committed; each failed run is ledgered (method run, outcome error) with its error.',
+                  HINT = 'See retention.ledger for the ledger ids named, and retention.health().';
     END IF;
 END
 $fn$;
@@ -1372,43 +1396,71 @@ $fn$;
 
 -- ---- The background worker: its state, its steps, wake() and health(). ----
 
--- Called by a worker when it starts: a previous worker that did not stop cleanly crashed.
-CREATE OR REPLACE FUNCTION retention._worker_started(restarts bigint) RETURNS void
+-- Registers a worker's visit to this database: `visiting` is false when a worker of another
+-- visit is still alive here (the new one then ends); a previous visit that ended while
+-- sweeping (its process gone) crashed, and is ledgered. `resume` is what an earlier visit left
+-- of the cycle (NULL: a new cycle starts).
+CREATE OR REPLACE FUNCTION retention._worker_visit(OUT visiting boolean, OUT resume bigint[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     prev retention.worker_state;
 BEGIN
+    -- One visit registers at a time per database.
+    PERFORM pg_advisory_xact_lock(hashtext('pg_retention worker_state'), hashtext(current_database()));
     SELECT * INTO prev FROM retention.worker_state w WHERE w.database = current_database();
-    IF FOUND AND prev.state <> 'stopped' AND prev.pid IS DISTINCT FROM pg_backend_pid() THEN
+    IF FOUND AND prev.state IN ('sweeping', 'paused') AND prev.pid IS DISTINCT FROM pg_backend_pid() THEN
+        IF EXISTS (SELECT 1 FROM pg_stat_activity a
+                    WHERE a.pid = prev.pid AND a.backend_type = 'pg_retention worker') THEN
+            visiting := false;
+            RETURN;
+        END IF;
         PERFORM retention._ledger_append('worker_crash', 'worker',
                 jsonb_build_object('previous_pid', prev.pid, 'previous_state', prev.state,
-                                   'policy', prev.current_policy, 'restarts', restarts),
+                                   'policy', prev.current_policy),
                 NULL, prev.current_policy);
-        RAISE WARNING 'pg_retention: the previous worker of database % (pid %) ended without stopping cleanly while %',
+        RAISE WARNING 'pg_retention: the previous visit to database % (pid %) ended without stopping cleanly while %',
             current_database(), prev.pid, prev.state;
     END IF;
-    INSERT INTO retention.worker_state (database, pid, state, started_at, updated_at)
-    VALUES (current_database(), pg_backend_pid(), 'idle', now(), now())
+    visiting := true;
+    resume := prev.cycle_resume;
+    INSERT INTO retention.worker_state (database, pid, state, started_at, last_cycle_start, updated_at)
+    VALUES (current_database(), pg_backend_pid(), 'sweeping', clock_timestamp(), clock_timestamp(), clock_timestamp())
     ON CONFLICT (database) DO UPDATE
-       SET pid = EXCLUDED.pid, state = 'idle', current_policy = NULL, started_at = now(),
-           last_cycle_start = NULL, last_cycle_end = NULL, next_wake = NULL, updated_at = now();
+       SET pid = EXCLUDED.pid, state = 'sweeping', current_policy = NULL, started_at = EXCLUDED.started_at,
+           last_cycle_start = CASE WHEN resume IS NULL THEN EXCLUDED.last_cycle_start
+                                   ELSE worker_state.last_cycle_start END,
+           next_wake = NULL, paused_since = NULL, pause_reason = NULL, updated_at = EXCLUDED.updated_at;
 END
 $fn$;
 
--- Records the worker's state: 'sweeping' with no policy starts a cycle, 'idle' after
--- 'sweeping' ends one. next_wake_secs is how long it will sleep.
-CREATE OR REPLACE FUNCTION retention._worker_set(state text, policy text, next_wake_secs float8) RETURNS void
+-- Records the visiting worker's state and the policy it sweeps.
+CREATE OR REPLACE FUNCTION retention._worker_set(state text, policy text) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     UPDATE retention.worker_state w SET
-        last_cycle_start = CASE WHEN $1 = 'sweeping' AND $2 IS NULL THEN clock_timestamp() ELSE w.last_cycle_start END,
-        last_cycle_end = CASE WHEN $1 IN ('idle', 'stopped') AND w.state = 'sweeping' THEN clock_timestamp() ELSE w.last_cycle_end END,
         state = $1,
         current_policy = $2,
-        next_wake = CASE WHEN $3 IS NULL THEN NULL ELSE clock_timestamp() + make_interval(secs => $3) END,
         updated_at = clock_timestamp(),
         paused_since = NULL,
         pause_reason = NULL
-    WHERE w.database = current_database();
+    WHERE w.database = current_database() AND $1 IS NOT NULL;
+$fn$;
+
+-- Records the end of a visit: `resume` is what it left of the cycle (NULL: the cycle is
+-- complete), next_visit_secs when the database is due again.
+CREATE OR REPLACE FUNCTION retention._worker_visit_end(state text, resume bigint[], next_visit_secs float8)
+RETURNS void
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    UPDATE retention.worker_state w SET
+        state = $1,
+        current_policy = NULL,
+        cycle_resume = $2,
+        last_cycle_end = CASE WHEN $2 IS NULL THEN clock_timestamp() ELSE w.last_cycle_end END,
+        last_visit_end = clock_timestamp(),
+        next_wake = clock_timestamp() + make_interval(secs => $3),
+        updated_at = clock_timestamp(),
+        paused_since = NULL,
+        pause_reason = NULL
+    WHERE w.database = current_database() AND $1 IS NOT NULL AND $3 IS NOT NULL;
 $fn$;
 
 -- The worker's sweep of `policy` waits between steps (pacing), since the first call of a pause.
@@ -1431,12 +1483,6 @@ LANGUAGE sql STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
         jsonb_build_object('reason', reason, 'seconds', round(seconds::numeric, 3)), policy_id);
 $fn$;
 
-CREATE OR REPLACE FUNCTION retention._worker_wake_pending() RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT coalesce(bool_or(w.wake_requested_at > coalesce(w.last_cycle_start, '-infinity')), false)
-      FROM retention.worker_state w WHERE w.database = current_database();
-$fn$;
-
 -- Ledgers the policies a cycle did not reach because the cycle cap was hit.
 CREATE OR REPLACE FUNCTION retention._worker_cycle_cap(cap bigint, skipped text[]) RETURNS void
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
@@ -1447,21 +1493,14 @@ $fn$;
 
 
 
--- Asks this database's worker to start a cycle now. Returns whether a running worker was woken.
+-- Asks for a visit to this database now (the launcher gives it the next free worker, after
+-- a visit under way ends). Returns whether the launcher was told.
 CREATE OR REPLACE FUNCTION retention.wake() RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    worker_pid integer;
 BEGIN
     UPDATE retention.worker_state w SET wake_requested_at = clock_timestamp()
-     WHERE w.database = current_database() RETURNING w.pid INTO worker_pid;
-    IF worker_pid IS NULL OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
-                                          WHERE a.pid = worker_pid AND a.backend_type = 'pg_retention worker') THEN
-        RAISE WARNING 'pg_retention: no worker is running for database %', current_database()
-            USING HINT = 'Set pg_retention.enabled = on and list the database in pg_retention.databases, then reload.';
-        RETURN false;
-    END IF;
-    RETURN retention._set_latch(worker_pid);
+     WHERE w.database = current_database();
+    RETURN retention._wake_launcher();
 END
 $fn$;
 
@@ -1476,12 +1515,17 @@ DECLARE
     -- (their defaults otherwise) so a managed host gets a report, not an error.
     preloaded boolean := retention._preloaded();
     enabled boolean := coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'on')::boolean;
-    served boolean := current_database()::text = ANY (
-        string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ','));
+    listed text[] := string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ',');
+    served boolean := current_database()::text = ANY (listed) OR '*' = ANY (listed);
     naptime interval := coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval;
-    running boolean := EXISTS (SELECT 1 FROM retention.workers w WHERE w.database = current_database() AND w.running);
+    launcher boolean := EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_type = 'pg_retention launcher');
+    -- Served is when the last visit ended, or one is under way; waiting past two naptimes
+    -- means the pool (pg_retention.max_workers) cannot keep up.
+    unserved interval := (SELECT clock_timestamp() - w.last_visit_end FROM retention.workers w
+                           WHERE w.database = current_database() AND NOT w.running);
     last_run record;
     overdue text;
+    skips bigint;
 BEGIN
     FOR p IN SELECT * FROM retention.policies ORDER BY name LOOP
         r := '{}';
@@ -1492,8 +1536,11 @@ BEGIN
                 r := array_append(r, 'worker disabled (pg_retention.enabled = off)');
             ELSIF NOT served THEN
                 r := array_append(r, format('database %s is not in pg_retention.databases', current_database()));
-            ELSIF NOT running THEN
-                r := array_append(r, 'worker not running for this database');
+            ELSIF NOT launcher THEN
+                r := array_append(r, 'the pg_retention launcher is not running');
+            ELSIF unserved > 2 * naptime THEN
+                r := array_append(r, format('database not served for %s, more than two naptimes (waiting for one of pg_retention.max_workers = %s workers)',
+                                            date_trunc('second', unserved), current_setting('pg_retention.max_workers', true)));
             END IF;
             -- From the running totals: one row, whatever the ledger's size.
             SELECT c.last_run_at AS at, c.last_outcome AS outcome INTO last_run
@@ -1513,6 +1560,12 @@ BEGIN
                 r := array_append(r, (SELECT format('sweep paused for %s (%s), longer than the grace of two naptimes',
                                                     date_trunc('second', clock_timestamp() - w.paused_since), w.pause_reason)
                                         FROM retention.worker_state w WHERE w.database = current_database()));
+            END IF;
+            skips := (SELECT count(*) FROM retention.ledger_entries l WHERE l.policy_id = p.id
+                        AND l.method = 'skip_locked' AND l.at > coalesce(last_run.at, '-infinity'));
+            IF skips >= 3 THEN
+                r := array_append(r, format('skipped %s times in a row since its last run: another session holds its lock (a pg_locks advisory lock on key %s)',
+                                            skips, retention._lock_key(p.id)));
             END IF;
             IF EXISTS (SELECT 1 FROM retention.ledger_entries l WHERE l.policy_id = p.id AND l.method = 'cycle_cap'
                         AND l.at > coalesce(last_run.at, '-infinity')) THEN
@@ -1834,7 +1887,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         ('pg_retention_policy_oldest_eligible_age_seconds', 'gauge', 'Age of the oldest row the policy may delete now (0: none); beyond the window plus a grace, retention stalls.'),
         ('pg_retention_policy_window_seconds', 'gauge', 'The policy''s older_than, in seconds.'),
         ('pg_retention_policy_enabled', 'gauge', '1 when the policy is enabled.'),
-        ('pg_retention_worker_up', 'gauge', '1 while the database''s background worker runs.'),
+        ('pg_retention_worker_up', 'gauge', '1 while the database is served: the launcher runs, the database is listed, and it has not waited for a worker past two naptimes.'),
         ('pg_retention_worker_last_cycle_timestamp_seconds', 'gauge', 'Unix time the worker last finished a cycle.'),
         ('pg_retention_worker_naptime_seconds', 'gauge', 'pg_retention.naptime: the worker''s time between cycles.'),
         ('pg_retention_erasure_supersessions_pending', 'gauge', 'Archives an erasure still has to rewrite.'),
@@ -1863,7 +1916,13 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
                     FROM p WHERE window_seconds IS NOT NULL
         UNION ALL SELECT 'pg_retention_policy_enabled', jsonb_build_object('policy', policy), enabled::int::float8 FROM p
         UNION ALL SELECT 'pg_retention_worker_up', jsonb_build_object('database', current_database()),
-                         coalesce((SELECT bool_or(w.running) FROM retention.workers w WHERE w.database = current_database()), false)::int::float8
+                         (EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_type = 'pg_retention launcher')
+                          AND coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'off')::boolean
+                          AND (SELECT current_database()::text = ANY (l) OR '*' = ANY (l)
+                                 FROM string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ',') l)
+                          AND coalesce((SELECT bool_and(w.running OR w.last_visit_end IS NULL OR w.last_visit_end > clock_timestamp()
+                                                        - 2 * coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval)
+                                          FROM retention.workers w WHERE w.database = current_database()), true))::int::float8
         UNION ALL SELECT 'pg_retention_worker_last_cycle_timestamp_seconds', jsonb_build_object('database', current_database()),
                          extract(epoch FROM w.last_cycle_end)::float8
                     FROM retention.workers w WHERE w.database = current_database() AND w.last_cycle_end IS NOT NULL
@@ -2062,9 +2121,9 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
 -- a superuser: their own steps and state, nothing else (a policy still runs as its owner).
 GRANT EXECUTE ON FUNCTION retention._run_order(text), retention._lock_key(bigint),
     retention._run_begin(bigint, text, bigint, boolean), retention._sweep_step_safe(jsonb),
-    retention._run_pace(jsonb), retention._run_end(jsonb, boolean), retention._worker_started(bigint),
-    retention._worker_set(text, text, float8), retention._worker_pause(text, text),
-    retention._worker_wake_pending(), retention._worker_cycle_cap(bigint, text[])
+    retention._run_pace(jsonb), retention._run_end(jsonb, boolean), retention._worker_visit(),
+    retention._worker_set(text, text), retention._worker_pause(text, text),
+    retention._worker_visit_end(text, bigint[], float8), retention._worker_cycle_cap(bigint, text[])
     TO retention_worker;
 -- Monitoring: retention.metrics() for pg_monitor (its members: postgres_exporter, sql_exporter),
 -- retention_admin and the archiver (its /metrics).

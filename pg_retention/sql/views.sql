@@ -74,13 +74,24 @@ GROUP BY p.relation;
 GRANT SELECT ON retention.policies, retention.policy_history, retention.holds, retention.ledger,
     retention.stats, retention.tables TO retention_admin;
 
--- The background workers of this database, and whether each is running now.
+-- Whether `pid` is a pg_retention worker: pg_stat_activity shows other roles' backend_type
+-- only to members of pg_read_all_stats, so the view asks as the extension's owner.
+CREATE FUNCTION retention._is_worker(pid integer) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = $1 AND a.backend_type = 'pg_retention worker');
+$fn$;
+GRANT EXECUTE ON FUNCTION retention._is_worker(integer) TO retention_admin;
+
+-- The worker visits to this database: the last or current one (running: a worker is visiting
+-- now), the cycle (a cycle may take several visits: cycle_resume is what is left of it), when
+-- the next visit is due, and since when the database waits for a free worker past that.
 CREATE VIEW retention.workers AS
 SELECT w.database, w.pid, w.state, w.current_policy, w.started_at, w.last_cycle_start,
-       w.last_cycle_end, w.next_wake, w.paused_since, w.pause_reason,
-       EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
-                WHERE a.pid = w.pid AND a.backend_type = 'pg_retention worker') AS running
-FROM retention.worker_state w;
+       w.last_cycle_end, w.next_wake, w.paused_since, w.pause_reason, r.running,
+       w.last_visit_end, w.cycle_resume,
+       CASE WHEN NOT r.running AND w.next_wake < clock_timestamp() THEN w.next_wake END AS waiting_since
+FROM retention.worker_state w,
+     LATERAL (SELECT retention._is_worker(w.pid) AS running) r;
 GRANT SELECT ON retention.workers TO retention_admin;
 
 -- The archive index (archive.sql). object_key, blake3, rows and bytes are the archive's object

@@ -7,8 +7,14 @@ use std::ffi::CString;
 /// `pg_retention.enabled` (bool, default off): nothing is swept by the worker until an operator
 /// turns this on.
 static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(false);
-/// `pg_retention.databases` (comma list, default empty): databases the worker serves.
+/// `pg_retention.databases` (comma list, default empty; `*`: every database that accepts
+/// connections): databases the workers serve.
 static DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+/// `pg_retention.max_workers` (default 3): the most database workers visiting at once.
+static MAX_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(3);
+/// `pg_retention.max_visit_time` (seconds, default 60): how long one visit to a database may
+/// sweep before it leaves the rest of the cycle to the next visit.
+static MAX_VISIT_TIME_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 /// `pg_retention.naptime` (seconds, default 3600 = 1h): pause between worker cycles.
 static NAPTIME_S: GucSetting<i32> = GucSetting::<i32>::new(3600);
 /// `pg_retention.jitter` (fraction 0..1 of naptime, default 0.1): a per-database offset, derived
@@ -55,11 +61,31 @@ pub fn init() {
     );
     GucRegistry::define_string_guc(
         c"pg_retention.databases",
-        c"Comma-separated databases the pg_retention worker serves.",
-        c"One database worker is started per listed database.",
+        c"Comma-separated databases the pg_retention workers serve ('*': every database).",
+        c"A pool of pg_retention.max_workers workers visits each served database in turn.",
         &DATABASES,
         GucContext::Sighup,
         GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_retention.max_workers",
+        c"The most pg_retention database workers visiting databases at once.",
+        c"Each counts against max_worker_processes, as does the launcher.",
+        &MAX_WORKERS,
+        1,
+        64,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_retention.max_visit_time",
+        c"How long one worker visit to a database may sweep.",
+        c"Past it the visit stops between two steps; the next visit goes on where it stopped.",
+        &MAX_VISIT_TIME_S,
+        1,
+        i32::MAX,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
     );
     GucRegistry::define_int_guc(
         c"pg_retention.naptime",
@@ -178,6 +204,21 @@ pub fn databases() -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Whether every database is served (`pg_retention.databases = '*'`).
+pub fn all_databases() -> bool {
+    databases().iter().any(|d| d == "*")
+}
+
+/// The most workers visiting at once.
+pub fn max_workers() -> usize {
+    usize::try_from(MAX_WORKERS.get()).unwrap_or(1).max(1)
+}
+
+/// The visit bound in seconds.
+pub fn max_visit_time_secs() -> u64 {
+    u64::try_from(MAX_VISIT_TIME_S.get()).unwrap_or(1).max(1)
 }
 
 /// Naptime in seconds.

@@ -1,7 +1,8 @@
 //! Symbols that earlier releases' upgrade scripts name. `ALTER EXTENSION … UPDATE` from an old
 //! release runs every script in the chain against this library, and PostgreSQL looks up the C
 //! symbol of each `CREATE FUNCTION … LANGUAGE c` it runs. The functions below are gone (the run
-//! protocol keeps its state in the backend now: `api/sweep.rs`); the 0.5.0 script drops them
+//! protocol keeps its state in the backend now: `api/sweep.rs`; wake() tells the launcher
+//! through `worker/board.rs`); the 0.5.0 script drops them
 //! again before it ends. Called anyway, each raises.
 
 use pgrx::pg_sys;
@@ -35,4 +36,5 @@ removed! {
     pg_finfo__sweep_step_wrapper, _sweep_step_wrapper, "_sweep_step";
     pg_finfo__sweep_failed_wrapper, _sweep_failed_wrapper, "_sweep_failed";
     pg_finfo__sweep_finish_wrapper, _sweep_finish_wrapper, "_sweep_finish";
+    pg_finfo__set_latch_wrapper, _set_latch_wrapper, "_set_latch";
 }

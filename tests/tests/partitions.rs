@@ -1125,7 +1125,8 @@ fn a_run_that_fails_after_detaching_leaves_attaches_them_again_with_every_row() 
         &mut su,
         "RAISE EXCEPTION 'no drops today' USING ERRCODE = '55000';",
     );
-    admin.batch_execute("CALL retention.run()").unwrap();
+    let (code, msg) = expect_error(&mut admin, "CALL retention.run()");
+    assert_eq!(code, "RT601", "the run says it failed: {msg}");
     assert_eq!(
         text(
             &mut admin,

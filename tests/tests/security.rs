@@ -112,7 +112,8 @@ fn a_scope_predicate_runs_as_its_author_in_preview_and_run() {
     let (code, msg) = expect_error(&mut admin, "SELECT * FROM retention.preview('mine')");
     assert_eq!(code, "42501", "{msg}");
 
-    m.batch_execute("CALL retention.run('mine')").unwrap();
+    let (code, msg) = expect_error(&mut m, "CALL retention.run('mine')");
+    assert_eq!(code, "RT601", "the run says it failed: {msg}");
     let (code, msg) = last_error(&mut admin, "mine").expect("the failed run is ledgered");
     assert_eq!(code, "42501", "{msg}");
     assert!(!msg.contains("SCRAM"), "{msg}");
@@ -159,7 +160,8 @@ fn a_hold_predicate_runs_as_its_placer_and_a_failing_hold_blocks_the_batch() {
 
     let (code, msg) = expect_error(&mut db, "SELECT * FROM retention.preview('victim')");
     assert_eq!(code, "42501", "the hold is evaluated as mallory: {msg}");
-    db.batch_execute("CALL retention.run('victim')").unwrap();
+    let (code, msg) = expect_error(&mut db, "CALL retention.run('victim')");
+    assert_eq!(code, "RT601", "the run says it failed: {msg}");
     let (code, msg) = last_error(&mut admin, "victim").expect("the blocked batch is ledgered");
     assert_eq!(code, "42501", "{msg}");
     assert_eq!(
@@ -286,7 +288,8 @@ fn an_owner_who_lost_delete_fails_closed_and_the_failure_is_ledgered() {
     // point: the caller's DELETE is not lent to the policy's owner.
     let mut db = c.connect("postgres");
     db.batch_execute("REVOKE DELETE ON t FROM admin").unwrap();
-    db.batch_execute("CALL retention.run('t')").unwrap();
+    let (code, msg) = expect_error(&mut db, "CALL retention.run('t')");
+    assert_eq!(code, "RT601", "the run says it failed: {msg}");
     let (code, msg) = last_error(&mut reader, "t").expect("ledgered");
     assert_eq!(code, "42501");
     assert!(msg.contains("admin"), "names the owner: {msg}");
@@ -298,7 +301,8 @@ fn an_owner_who_lost_delete_fails_closed_and_the_failure_is_ledgered() {
     // A dropped owner fails the same way (this cluster's own `admin`, dropped by the superuser).
     db.batch_execute("REVOKE ALL ON t FROM admin; DROP ROLE admin")
         .unwrap();
-    db.batch_execute("CALL retention.run('t')").unwrap();
+    let (code, msg) = expect_error(&mut db, "CALL retention.run('t')");
+    assert_eq!(code, "RT601", "the run says it failed: {msg}");
     let (code, msg) = last_error(&mut reader, "t").expect("ledgered");
     assert_eq!(code, "42501");
     assert!(msg.contains("no longer exists"), "{msg}");

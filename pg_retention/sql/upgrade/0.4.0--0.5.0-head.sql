@@ -61,7 +61,8 @@ CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirat
     FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_expirations', '');
 
-ALTER TABLE retention.worker_state ADD COLUMN paused_since timestamptz, ADD COLUMN pause_reason text;
+ALTER TABLE retention.worker_state ADD COLUMN paused_since timestamptz, ADD COLUMN pause_reason text,
+    ADD COLUMN last_visit_end timestamptz, ADD COLUMN cycle_resume bigint[];
 CREATE INDEX ledger_entries_expire_operation ON retention.ledger_entries ((detail->>'operation'))
     WHERE method IN ('expire_prepare', 'expire_apply');
 CREATE TABLE retention.wal_budget (

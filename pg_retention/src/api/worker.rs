@@ -1,26 +1,45 @@
-//! Rust helpers of the worker's SQL surface: waking a worker, whether workers can run at all,
+//! Rust helpers of the worker's SQL surface: asking the launcher for a visit, whether workers can run at all,
 //! and the overdue check of health().
 
 use crate::catalog::{active_holds, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::error::Result;
+use crate::gucs;
+use crate::worker::board::{self, Request};
 use pgrx::prelude::*;
 
-/// Sets the latch of backend `pid` (a database worker) so it wakes now. Returns whether the
-/// process was found.
+/// Tells the launcher this database wants a visit now (`retention.wake()`). False, with a
+/// warning saying why, when no worker can come: not preloaded, disabled, the database not
+/// served, no launcher, or the launcher's board full.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _set_latch(pid: i32) -> bool {
-    // Safety: BackendPidGetProc takes ProcArrayLock itself and returns NULL for unknown pids;
-    // setting another process's latch is how Postgres itself wakes workers.
-    unsafe {
-        let proc_ = pg_sys::BackendPidGetProc(pid);
-        if proc_.is_null() {
-            return false;
-        }
-        pg_sys::SetLatch(&raw mut (*proc_).procLatch);
-    }
-    true
+fn _wake_launcher() -> bool {
+    // Safety: MyDatabaseId is set in every backend connected to a database.
+    let name = unsafe { pg_sys::get_database_name(pg_sys::MyDatabaseId) };
+    let database = if name.is_null() {
+        String::new()
+    } else {
+        // Safety: a palloc'd, NUL-terminated name.
+        unsafe { std::ffi::CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let served = gucs::all_databases() || gucs::databases().contains(&database);
+    let why = if !crate::worker::preloaded() {
+        "pg_retention is not in shared_preload_libraries"
+    } else if !gucs::enabled() {
+        "pg_retention.enabled is off"
+    } else if !served {
+        "the database is not in pg_retention.databases"
+    } else if board::launcher_pid().is_none() {
+        "the pg_retention launcher is not running"
+    } else if !board::post(&database, Request::Wake) {
+        "the launcher's board of requests is full"
+    } else {
+        return true;
+    };
+    warning!("pg_retention: no worker will visit database \"{database}\" now: {why}");
+    false
 }
 
 /// Whether the library was preloaded (shared_preload_libraries), so background workers run.

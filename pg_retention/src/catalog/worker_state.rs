@@ -1,19 +1,20 @@
-//! `retention.worker_state`: one row per database worker, read by `retention.workers` and
-//! `retention.health()`. The table is written only through the worker's SQL functions
-//! (`sql/api.sql`: `_worker_started`, `_worker_set`, `_worker_wake_pending`); these are their
-//! Rust callers. Each runs in the worker's own transaction.
+//! `retention.worker_state`: one row per database, about the worker visits to it, read by
+//! `retention.workers` and `retention.health()`. The table is written only through the
+//! worker's SQL functions (`sql/api.sql`: `_worker_visit`, `_worker_set`, `_worker_pause`,
+//! `_worker_visit_end`) and `retention.wake()`; these are their Rust callers. Each runs in the
+//! worker's own transaction.
 
 use pgrx::prelude::*;
 use pgrx::spi::SpiError;
 
-/// What a database worker is doing (`retention.workers.state`).
+/// What the worker visiting a database is doing (`retention.workers.state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkerState {
-    /// Between cycles.
+    /// Between visits: the last visit ended and the database waits for the next one.
     Idle,
-    /// In a cycle (with a policy: sweeping that policy).
+    /// In a visit (with a policy: sweeping that policy).
     Sweeping,
-    /// Stopped cleanly (SIGTERM, or the extension's worker was turned off).
+    /// The last visit was stopped by SIGTERM (the server or the launcher stopping it).
     Stopped,
 }
 
@@ -28,20 +29,40 @@ impl WorkerState {
     }
 }
 
-/// Registers a worker that started (ledgering the crash of a previous one that did not stop).
-pub fn record_start(restarts: i64) -> Result<(), SpiError> {
-    Spi::run_with_args("SELECT retention._worker_started($1)", &[restarts.into()])
+/// What registering a visit found.
+pub enum Begun {
+    /// The visit is this database's: it goes on with the policies an earlier visit left of
+    /// the cycle (`resume`), or starts a new cycle.
+    Cycle { resume: Option<Vec<i64>> },
+    /// A worker of another visit to this database is still alive: this one ends.
+    AlreadyVisited,
 }
 
-/// Records the worker's state, the policy it sweeps, and how long it will sleep.
-pub fn record(
-    state: WorkerState,
-    policy: Option<String>,
-    next_wake_secs: Option<f64>,
-) -> Result<(), SpiError> {
+/// Registers a visit (ledgering a previous one that died mid-sweep).
+pub fn begin_visit() -> Result<Begun, SpiError> {
+    Spi::connect(|client| {
+        let row = client
+            .select(
+                "SELECT visiting, resume FROM retention._worker_visit()",
+                None,
+                &[],
+            )?
+            .first();
+        let visiting = row.get::<bool>(1)?.unwrap_or(false);
+        let resume = row.get::<Vec<i64>>(2)?;
+        Ok(if visiting {
+            Begun::Cycle { resume }
+        } else {
+            Begun::AlreadyVisited
+        })
+    })
+}
+
+/// Records the visit's state and the policy it sweeps.
+pub fn record(state: WorkerState, policy: Option<String>) -> Result<(), SpiError> {
     Spi::run_with_args(
-        "SELECT retention._worker_set($1, $2, $3)",
-        &[state.as_str().into(), policy.into(), next_wake_secs.into()],
+        "SELECT retention._worker_set($1, $2)",
+        &[state.as_str().into(), policy.into()],
     )
 }
 
@@ -54,7 +75,15 @@ pub fn record_pause(policy: String, reason: String) -> Result<(), SpiError> {
     )
 }
 
-/// Whether `retention.wake()` asked for a cycle since the last one started.
-pub fn wake_pending() -> Result<Option<bool>, SpiError> {
-    Spi::get_one::<bool>("SELECT retention._worker_wake_pending()")
+/// Records the end of a visit: its state, the policies of the cycle it left (none: the cycle
+/// is complete), and in how many seconds the database is due again.
+pub fn end_visit(
+    state: WorkerState,
+    left: Option<Vec<i64>>,
+    next_visit_secs: f64,
+) -> Result<(), SpiError> {
+    Spi::run_with_args(
+        "SELECT retention._worker_visit_end($1, $2, $3)",
+        &[state.as_str().into(), left.into(), next_visit_secs.into()],
+    )
 }

@@ -1,8 +1,13 @@
-//! The database worker: one per served database. Each cycle sweeps every enabled delete
-//! policy, children first, each under the policy's advisory lock taken on this backend, one
-//! transaction per sweep step. SIGTERM is honoured between steps; the cycle cap stops the cycle.
+//! A database worker: one visit to one database, then it exits. A visit sweeps every enabled
+//! delete policy of the database's cycle, children first, each under the policy's advisory
+//! lock taken on this backend, one transaction per sweep step — or, when the visit bound
+//! (`pg_retention.max_visit_time`) comes first, stops between two steps and leaves the rest of
+//! the cycle (the policy under way included) to the next visit, which the launcher gives after
+//! every database that waited longer. SIGTERM is honoured between steps; the cycle cap stops
+//! the cycle.
 
-use super::schedule::{jitter_offset, next_delay};
+use super::board::{self, Request};
+use super::schedule::next_delay;
 use crate::catalog::worker_state::{self, WorkerState};
 use crate::engine::sweep::{runs, Outcome};
 use crate::gucs;
@@ -11,13 +16,6 @@ use pgrx::prelude::*;
 use serde_json::Value;
 use std::ffi::CString;
 use std::time::{Duration, Instant};
-
-/// How often a worker looks for the extension in a database that does not have it yet.
-const EXTENSION_POLL: Duration = Duration::from_secs(5);
-/// Longest sleep without looking for a wake() request, in case its latch was consumed.
-const WAKE_POLL: Duration = Duration::from_secs(1);
-/// After a latch wake-up with no wake() request visible yet, look again this soon.
-const WAKE_RECHECK: Duration = Duration::from_millis(50);
 
 /// Runs `f` in its own transaction.
 fn tx<R>(
@@ -31,7 +29,7 @@ fn tx<R>(
 fn set_activity(database: &str, policy: Option<&str>) {
     let title = match policy {
         Some(p) => format!("pg_retention: sweeping {p}"),
-        None => format!("pg_retention: idle ({database})"),
+        None => format!("pg_retention: visiting {database}"),
     };
     if let Ok(c) = CString::new(title.clone()) {
         // Safety: both copy the string; the CString outlives the calls.
@@ -53,20 +51,34 @@ fn extension_installed() -> bool {
     .unwrap_or(false)
 }
 
-fn set_state(state: WorkerState, policy: Option<&str>, next_wake_secs: Option<f64>) {
+fn set_state(state: WorkerState, policy: Option<&str>) {
     let policy = policy.map(str::to_owned);
-    let r = tx(move || worker_state::record(state, policy, next_wake_secs));
+    let r = tx(move || worker_state::record(state, policy));
     if let Err(e) = r {
         warning!("pg_retention: could not record worker state: {e}");
     }
 }
 
-/// Whether `retention.wake()` asked for a cycle since the last one started.
-fn wake_requested() -> bool {
-    tx(worker_state::wake_pending)
-        .ok()
-        .flatten()
-        .unwrap_or(false)
+/// How one policy's sweep in a visit ended.
+enum Swept {
+    /// The run closed; rows deleted.
+    Rows(i64),
+    /// The visit bound came first: the run stopped between steps, the policy goes on next visit.
+    Cut,
+    /// SIGTERM: the worker stops.
+    Terminated,
+}
+
+/// The visit under way: its database and when it must end.
+struct Visit {
+    database: String,
+    deadline: Instant,
+}
+
+impl Visit {
+    fn over(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
 }
 
 /// Runs one sweep step (`SELECT <function>(...)` returning jsonb) in its own transaction.
@@ -117,12 +129,18 @@ fn pace_now(state: &Value) -> (f64, Option<String>) {
     (pause, reason)
 }
 
+/// Why the wait between two steps ended early.
+enum Interrupted {
+    Terminated,
+    VisitOver,
+}
+
 /// Waits between two steps of the sweep of policy `name` (its run's `state`) for as long as
-/// pacing asks, visible in `retention.workers` meanwhile. False when SIGTERM came meanwhile.
-fn pace(name: &str, state: &Value) -> bool {
+/// pacing asks, visible in `retention.workers` meanwhile.
+fn pace(visit: &Visit, name: &str, state: &Value) -> Result<(), Interrupted> {
     let (mut pause, reason) = pace_now(state);
     if pause <= 0.0 {
-        return true;
+        return Ok(());
     }
     let why = reason.unwrap_or_else(|| "pacing".into());
     let policy = name.to_owned();
@@ -132,17 +150,22 @@ fn pace(name: &str, state: &Value) -> bool {
     while pause > 0.0 {
         let waited = BackgroundWorker::wait_latch(Some(Duration::from_secs_f64(pause.min(1.0))));
         if !waited || BackgroundWorker::sigterm_received() {
-            return false;
+            return Err(Interrupted::Terminated);
+        }
+        if visit.over() {
+            return Err(Interrupted::VisitOver);
         }
         pause = pace_now(state).0;
     }
-    set_state(WorkerState::Sweeping, Some(name), None);
-    true
+    set_state(WorkerState::Sweeping, Some(name));
+    Ok(())
 }
 
+const CUT: &str = "the visit bound (pg_retention.max_visit_time) was reached; the database's next visit goes on with this policy";
+
 /// Sweeps one policy (see `retention._run_begin` for the protocol `CALL retention.run()`
-/// shares); returns rows deleted, or None when the worker must stop.
-fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Option<i64> {
+/// shares).
+fn sweep_policy(visit: &Visit, id: i64, name: &str, cycle_remaining: i64) -> Swept {
     let Some(mut state) = step("_run_begin", move || {
         Spi::get_one_with_args::<pgrx::JsonB>(
             "SELECT retention._run_begin($1, 'worker', $2, true)",
@@ -150,11 +173,11 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
         )
     }) else {
         log!("pg_retention: policy {name} skipped: another pruner holds its lock, or its run could not start (see retention.ledger)");
-        return Some(0);
+        return Swept::Rows(0);
     };
-    set_activity(database, Some(name));
-    set_state(WorkerState::Sweeping, Some(name), None);
-    let mut stopping = false;
+    set_activity(&visit.database, Some(name));
+    set_state(WorkerState::Sweeping, Some(name));
+    let mut end = None;
     let token = state.get("token").and_then(Value::as_u64).unwrap_or(0);
     // Ends the run between steps; `_run_end` closes it below.
     let stop = |outcome: Outcome, reason: &str| {
@@ -164,11 +187,16 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
     };
     while !is_done(&state) {
         if BackgroundWorker::sigterm_received() {
-            stopping = true;
+            end = Some(Swept::Terminated);
             stop(
                 Outcome::Stopped,
                 "worker received SIGTERM; stopped between batches",
             );
+            break;
+        }
+        if visit.over() {
+            end = Some(Swept::Cut);
+            stop(Outcome::Stopped, CUT);
             break;
         }
         match step_with_state("_sweep_step_safe", state.clone()) {
@@ -183,13 +211,24 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
                 break;
             }
         }
-        if !is_done(&state) && !pace(name, &state) {
-            stopping = true;
-            stop(
-                Outcome::Stopped,
-                "worker received SIGTERM while paused between batches",
-            );
+        if is_done(&state) {
             break;
+        }
+        match pace(visit, name, &state) {
+            Ok(()) => {}
+            Err(Interrupted::Terminated) => {
+                end = Some(Swept::Terminated);
+                stop(
+                    Outcome::Stopped,
+                    "worker received SIGTERM while paused between batches",
+                );
+                break;
+            }
+            Err(Interrupted::VisitOver) => {
+                end = Some(Swept::Cut);
+                stop(Outcome::Stopped, CUT);
+                break;
+            }
         }
     }
     let deleted = state.get("deleted").and_then(Value::as_i64).unwrap_or(0);
@@ -202,17 +241,13 @@ fn sweep_policy(id: i64, name: &str, database: &str, cycle_remaining: i64) -> Op
     if closed.is_none() {
         warning!("pg_retention: the run of policy {name} was not closed; its lock is released when this worker exits");
     }
-    set_activity(database, None);
-    if stopping {
-        None
-    } else {
-        Some(deleted)
-    }
+    set_activity(&visit.database, None);
+    end.unwrap_or(Swept::Rows(deleted))
 }
 
-/// One cycle over every enabled delete policy. Returns false when the worker must stop.
-fn run_cycle(database: &str) -> bool {
-    set_state(WorkerState::Sweeping, None, None);
+/// The policies of this visit, in run order: the rest of a cycle an earlier visit left
+/// (`resume`), or every enabled delete policy.
+fn policies(resume: Option<&[i64]>) -> Vec<(i64, String)> {
     let rows = tx(|| {
         Spi::connect(|client| {
             client
@@ -226,8 +261,7 @@ fn run_cycle(database: &str) -> bool {
         Vec::new()
     });
     // Both columns are NOT NULL in the catalog: a row without them is not swept, loudly.
-    let order: Vec<(i64, String)> = rows
-        .into_iter()
+    rows.into_iter()
         .filter_map(|row| match row {
             (Some(id), Some(name)) => Some((id, name)),
             _ => {
@@ -235,8 +269,24 @@ fn run_cycle(database: &str) -> bool {
                 None
             }
         })
-        .collect();
+        .filter(|(id, _)| resume.is_none_or(|ids| ids.contains(id)))
+        .collect()
+}
+
+/// How a visit's cycle ended.
+enum CycleEnd {
+    /// Every policy of the cycle had its turn.
+    Complete,
+    /// The visit bound came first: these policies are left for the next visit.
+    Unfinished(Vec<i64>),
+    /// SIGTERM: these policies were not reached.
+    Terminated(Vec<i64>),
+}
+
+/// Sweeps this visit's share of the database's cycle.
+fn run_cycle(visit: &Visit, order: &[(i64, String)]) -> CycleEnd {
     let mut remaining = gucs::max_rows_per_cycle();
+    let rest = |i: usize| order[i..].iter().map(|(id, _)| *id).collect::<Vec<i64>>();
     for (i, (id, name)) in order.iter().enumerate() {
         if remaining <= 0 {
             let skipped: Vec<String> = order[i..].iter().map(|(_, n)| n.clone()).collect();
@@ -248,91 +298,80 @@ fn run_cycle(database: &str) -> bool {
                 )
             });
             warning!("pg_retention: cycle cap of {cap} rows reached; {} policies wait for the next cycle", order.len() - i);
-            break;
+            return CycleEnd::Complete;
         }
-        match sweep_policy(*id, name, database, remaining) {
-            Some(deleted) => remaining -= deleted,
-            None => return false,
+        if BackgroundWorker::sigterm_received() {
+            return CycleEnd::Terminated(rest(i));
+        }
+        if visit.over() {
+            return CycleEnd::Unfinished(rest(i));
+        }
+        match sweep_policy(visit, *id, name, remaining) {
+            Swept::Rows(deleted) => remaining -= deleted,
+            Swept::Cut => return CycleEnd::Unfinished(rest(i)),
+            Swept::Terminated => return CycleEnd::Terminated(rest(i)),
         }
     }
-    true
+    CycleEnd::Complete
 }
 
-/// Entry point of a database worker. `bgw_extra` is the database; the argument counts restarts.
+/// One visit: registers it (ledgering a previous visit that died mid-sweep), sweeps, and
+/// records how it ended and when the database is next due.
+fn visit(database: &str) {
+    let resume = match tx(worker_state::begin_visit) {
+        Ok(worker_state::Begun::Cycle { resume }) => resume,
+        Ok(worker_state::Begun::AlreadyVisited) => {
+            log!(
+                "pg_retention: another worker is visiting database \"{database}\"; this visit ends"
+            );
+            return;
+        }
+        Err(e) => {
+            warning!("pg_retention: could not register the visit to database \"{database}\": {e}");
+            return;
+        }
+    };
+    let visit = Visit {
+        database: database.to_owned(),
+        deadline: Instant::now() + Duration::from_secs(gucs::max_visit_time_secs()),
+    };
+    set_activity(database, None);
+    let order = policies(resume.as_deref());
+    let ended = run_cycle(&visit, &order);
+    let naptime = Duration::from_secs(gucs::naptime_secs());
+    let (state, left, next) = match ended {
+        CycleEnd::Complete => (
+            WorkerState::Idle,
+            None,
+            next_delay(database, naptime, gucs::jitter()),
+        ),
+        CycleEnd::Unfinished(left) => (WorkerState::Idle, Some(left), Duration::ZERO),
+        CycleEnd::Terminated(left) => (WorkerState::Stopped, Some(left), Duration::ZERO),
+    };
+    let unfinished = left.is_some();
+    let secs = next.as_secs_f64();
+    if let Err(e) = tx(move || worker_state::end_visit(state, left, secs)) {
+        warning!("pg_retention: could not record the end of the visit: {e}");
+    }
+    // A wake() during the visit is on the launcher's board already (it posts there itself).
+    if unfinished && state != WorkerState::Stopped && !board::post(database, Request::Unfinished) {
+        warning!("pg_retention: the launcher's board is full; database \"{database}\" waits for its naptime");
+    }
+}
+
+/// Entry point of a database worker. `bgw_extra` is the database.
 #[pg_guard]
 #[unsafe(no_mangle)]
-pub extern "C-unwind" fn pg_retention_database_main(arg: pg_sys::Datum) {
+pub extern "C-unwind" fn pg_retention_database_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     super::IN_WORKER.store(true, std::sync::atomic::Ordering::Relaxed);
     let database = BackgroundWorker::get_extra().to_owned();
-    let restarts = arg.value() as i64;
     let role = gucs::role();
     BackgroundWorker::connect_worker_to_spi(Some(&database), role.as_deref());
-    log!("pg_retention worker started for database \"{database}\"");
-    let mut registered = false;
-    let mut next_cycle = Instant::now();
-    let mut last_end: Option<Instant> = None;
-    let mut wait = Duration::ZERO;
-    let mut recheck = false;
-    loop {
-        let slept_from = Instant::now();
-        let limit = if recheck {
-            WAKE_RECHECK
-        } else {
-            wait.min(WAKE_POLL)
-        };
-        if !BackgroundWorker::wait_latch(Some(limit)) {
-            break;
-        }
-        let woken_early = slept_from.elapsed() + Duration::from_millis(5) < limit;
-        let naptime = Duration::from_secs(gucs::naptime_secs());
-        let mut changed = false;
-        if BackgroundWorker::sighup_received() {
-            // Safety: the documented way for a background process to reload its configuration.
-            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
-            // A new naptime applies to the wait already under way.
-            let naptime = Duration::from_secs(gucs::naptime_secs());
-            if let Some(end) = last_end {
-                next_cycle = end + next_delay(&database, naptime, gucs::jitter());
-            }
-            changed = true;
-        }
-        if !extension_installed() {
-            // Look again soon: CREATE EXTENSION may come any moment.
-            wait = naptime.min(EXTENSION_POLL);
-            continue;
-        }
-        if !registered {
-            let r = tx(move || worker_state::record_start(restarts));
-            if let Err(e) = r {
-                warning!("pg_retention: could not register the worker: {e}");
-            }
-            registered = true;
-            changed = true;
-            // The first cycle waits only for this database's jitter offset.
-            next_cycle = Instant::now() + jitter_offset(&database, naptime, gucs::jitter());
-        }
-        // The latch can be consumed inside a cycle's own waits, so a wake() is also looked up
-        // in the table, here and at every poll.
-        let requested = wake_requested();
-        // wake() sets the latch before its transaction commits: a latch with no request behind
-        // it yet is looked at again shortly, when the request is visible.
-        recheck = woken_early && !requested && !recheck;
-        if Instant::now() >= next_cycle || requested {
-            if !run_cycle(&database) {
-                break;
-            }
-            let end = Instant::now();
-            last_end = Some(end);
-            let naptime = Duration::from_secs(gucs::naptime_secs());
-            next_cycle = end + next_delay(&database, naptime, gucs::jitter());
-            changed = true;
-        }
-        wait = next_cycle.saturating_duration_since(Instant::now());
-        if changed {
-            set_state(WorkerState::Idle, None, Some(wait.as_secs_f64()));
-        }
+    if !extension_installed() {
+        // The launcher looks again later (soon when the database is listed by name).
+        board::post(&database, Request::NoExtension);
+        return;
     }
-    set_state(WorkerState::Stopped, None, None);
-    log!("pg_retention worker for database \"{database}\" stopped");
+    visit(&database);
 }

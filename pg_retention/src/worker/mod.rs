@@ -1,13 +1,17 @@
-//! Background workers: a launcher that keeps one database worker per served database, and the
-//! database worker that sweeps on a schedule.
+//! Background workers: a launcher and a bounded pool of database workers that visit every
+//! served database in turn, as autovacuum's do.
 //!
-//! The launcher is registered at postmaster start (so the library must be preloaded) and needs
-//! no database. Database workers connect to their database, sweep every enabled delete policy
-//! per cycle through the same SQL steps as `CALL retention.run()`, and sleep on their latch
-//! until the next cycle, a `retention.wake()`, SIGHUP or SIGTERM.
+//! The launcher is registered at postmaster start (so the library must be preloaded) and is
+//! connected to no database. Each visit is a worker of its own: it connects to its database,
+//! sweeps the policies of the database's cycle through the same steps as
+//! `CALL retention.run()` for at most `pg_retention.max_visit_time`, and exits; the launcher
+//! gives the next free worker to the database that has waited longest.
 
+pub mod board;
 mod database;
+mod databases;
 mod launcher;
+mod rotation;
 mod schedule;
 
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
@@ -39,11 +43,12 @@ pub fn init() {
         return;
     }
     PRELOADED.store(true, Ordering::Relaxed);
+    board::init();
     BackgroundWorkerBuilder::new("pg_retention launcher")
         .set_type("pg_retention launcher")
         .set_library("pg_retention")
         .set_function("pg_retention_launcher_main")
-        .enable_shmem_access(None)
+        .enable_spi_access()
         .set_start_time(BgWorkerStartTime::RecoveryFinished)
         .set_restart_time(Some(Duration::from_secs(5)))
         .load();
