@@ -57,11 +57,22 @@ pub enum Error {
     /// JSON.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
+    /// This database's archive namespace is claimed in the store by another database (or
+    /// another cluster): writing, sweeping or expiring there could touch its objects.
+    #[error(
+        "archive namespace {namespace:?} is claimed by {by} in this store (_retention/namespaces/); \
+         this database is {me}: set another namespace with retention.set_archive_namespace()"
+    )]
+    NamespaceClaimed {
+        namespace: String,
+        by: String,
+        me: String,
+    },
 }
 
 impl Error {
     /// Process exit code: 2 configuration, 3 database, 4 object store, 5 refused or failed
-    /// verification (data safety), 1 anything else.
+    /// verification (data safety), 6 the namespace is another database's, 1 anything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             Error::Config(_) => 2,
@@ -73,6 +84,7 @@ impl Error {
             | Error::Superseded { .. }
             | Error::Manifest(_)
             | Error::UntrustedType { .. } => 5,
+            Error::NamespaceClaimed { .. } => 6,
             _ => 1,
         }
     }

@@ -10,7 +10,7 @@
 use crate::config::Settings;
 use crate::db::Db;
 use crate::error::{Error, Result};
-use crate::keys::manifest_for;
+use crate::keys::{is_product_name, manifest_for};
 use crate::store::Store;
 use bytes::Bytes;
 use pg_retention_format::Manifest;
@@ -42,6 +42,9 @@ pub enum Exit {
     Partial = 4,
     /// The database or the store failed within its bounds (5).
     Failure = 5,
+    /// This database's archive namespace is another database's in the store (6, as for every
+    /// command).
+    NamespaceClaimed = 6,
 }
 
 /// The bounds of one operation.
@@ -190,10 +193,12 @@ pub fn inventory_digest<'a>(objects: impl IntoIterator<Item = &'a Object>) -> St
     sha256_hex(text.as_bytes())
 }
 
-/// Maps an error to its exit code: bad input 2, a refusal 3, a service failure 5.
+/// Maps an error to its exit code: bad input 2, a refusal 3, a service failure 5, the
+/// namespace another database's 6.
 fn exit_for(e: &Error) -> Exit {
     match e {
         Error::Config(_) => Exit::Invalid,
+        Error::NamespaceClaimed { .. } => Exit::NamespaceClaimed,
         Error::Refusal(_) | Error::Refused { .. } => Exit::Refused,
         _ => Exit::Failure,
     }
@@ -267,12 +272,21 @@ async fn holds_over(db: &Db, store: &Store, archive_id: i64, slice_key: &str) ->
     Ok(row.get(0))
 }
 
-/// An archive's inventory: every object named after its batch beside its slice.
-async fn inventory(store: &Store, slice_key: &str, batch: &str) -> Result<Vec<Object>> {
+/// An archive's inventory: every object beside its slice named after its batch; `planned`:
+/// only those named as this product names objects (its slice, manifest and their rewrites:
+/// [`is_product_name`]), the only ones a plan deletes. Apply compares the whole inventory
+/// with the plan, so another object named after the batch refuses the apply, never goes.
+async fn inventory(
+    store: &Store,
+    slice_key: &str,
+    batch: &str,
+    planned: bool,
+) -> Result<Vec<Object>> {
     Ok(store
         .objects_beside(slice_key, &format!("{batch}."))
         .await?
         .into_iter()
+        .filter(|(key, _)| !planned || is_product_name(key.rsplit('/').next().unwrap_or(key)))
         .map(|(key, size)| Object { key, size })
         .collect())
 }
@@ -282,6 +296,8 @@ async fn inventory(store: &Store, slice_key: &str, batch: &str) -> Result<Vec<Ob
 async fn build_plan(settings: &Settings, bounds: Bounds) -> Result<Plan> {
     let db = Db::connect(settings).await?;
     let store = Store::open(settings)?;
+    // Refuses (exit 6) when this database's namespace is another database's in the store.
+    crate::namespace::own(&db, &store).await?;
     let database = current_database(&db).await?;
     let mut policies: Vec<PolicyPlan> = Vec::new();
     let mut refused = Vec::new();
@@ -316,7 +332,7 @@ async fn build_plan(settings: &Settings, bounds: Bounds) -> Result<Plan> {
             }
             Err(e) => return Err(e),
         }
-        let found = inventory(&store, &c.object_key, &c.batch).await?;
+        let found = inventory(&store, &c.object_key, &c.batch, true).await?;
         let size: u64 = found.iter().map(|o| o.size).sum();
         if objects + found.len() as u64 > bounds.max_objects || bytes + size > bounds.max_bytes {
             deferred += 1;
@@ -599,7 +615,7 @@ async fn changed(
                     .filter(|o| !deleted.contains(&o.key))
                     .cloned(),
             );
-            found.extend(inventory(store, &a.slice_key, &a.batch).await?);
+            found.extend(inventory(store, &a.slice_key, &a.batch, false).await?);
         }
         if inventory_digest(&expected) != inventory_digest(&found) {
             return Ok(Some((

@@ -1,5 +1,8 @@
-//! Object keys, minted under the batch id: `<prefix>/<database>/<schema>.<table>/<yyyy>/<mm>/<dd>/<batch>.slice`
+//! Object keys, minted under the batch id: `<prefix>/<namespace>/<schema>.<table>/<yyyy>/<mm>/<dd>/<batch>.slice`
 //! and `.manifest.json` beside it. The date is the claim's, so a resumed batch finds its keys.
+//! The namespace is the database's own (`crate::namespace`): databases sharing a store never
+//! write, sweep or expire under each other's. Keys written before namespaces
+//! (`<database>/<schema>.<table>/…`) stay where they are: the database recorded them.
 //!
 //! A key is the text the database records (`retention.archives.object_key`): `/`-separated
 //! segments, each as it is (a table named `we"ird` keeps its quotes). [`path_of`] and
@@ -13,27 +16,53 @@ use crate::error::{Error, Result};
 use object_store::path::Path;
 use pg_retention_format::Manifest;
 
-/// Key of the slice of `m`, relative to the store prefix.
-pub fn slice_key(m: &Manifest) -> String {
-    format!("{}.slice", stem(m))
+/// Key of the slice of `m` in namespace `ns`, relative to the store prefix.
+pub fn slice_key(ns: &str, m: &Manifest) -> String {
+    format!("{}.slice", stem(ns, m))
 }
 
-/// Key of the manifest of `m`, relative to the store prefix.
-pub fn manifest_key(m: &Manifest) -> String {
-    format!("{}.manifest.json", stem(m))
+/// Key of the manifest of `m` in namespace `ns`, relative to the store prefix.
+pub fn manifest_key(ns: &str, m: &Manifest) -> String {
+    format!("{}.manifest.json", stem(ns, m))
 }
 
-fn stem(m: &Manifest) -> String {
+fn stem(ns: &str, m: &Manifest) -> String {
     let d = &m.created_at;
     let (y, mo, da) = (
         d.get(0..4).unwrap_or("0000"),
         d.get(5..7).unwrap_or("00"),
         d.get(8..10).unwrap_or("00"),
     );
-    canonical(&format!(
-        "{}/{}/{y}/{mo}/{da}/{}",
-        m.database, m.relation, m.batch
-    ))
+    canonical(&format!("{ns}/{}/{y}/{mo}/{da}/{}", m.relation, m.batch))
+}
+
+/// Whether the name (last segment) of a key has the shape this product gives objects: a
+/// slice (`<batch>.slice`, an erasure's rewrite `<batch>.s<n>.slice`) or a manifest
+/// (`.manifest.json`), with a name before the suffix. A `notes.txt` or a `<batch>.slice.bak`
+/// is not one.
+pub fn is_product_name(name: &str) -> bool {
+    name.strip_suffix(".slice")
+        .or_else(|| name.strip_suffix(".manifest.json"))
+        .is_some_and(|stem| !stem.is_empty() && !stem.starts_with('.'))
+}
+
+/// Whether `key` is an object of this product in namespace `ns`:
+/// `<ns>/<relation…>/<yyyy>/<mm>/<dd>/<name>` with a product name ([`is_product_name`]). The
+/// only objects `sweep-orphans` and `verify --all` consider; everything else is left alone.
+pub fn in_namespace(ns: &str, key: &str) -> bool {
+    let segments: Vec<&str> = key.split('/').collect();
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    match segments.as_slice() {
+        [first, relation @ .., y, m, d, name] => {
+            *first == ns
+                && !relation.is_empty()
+                && digits(y, 4)
+                && digits(m, 2)
+                && digits(d, 2)
+                && is_product_name(name)
+        }
+        _ => false,
+    }
 }
 
 /// `key` without empty segments (a relation or database name holding `//`, a leading or
@@ -188,13 +217,46 @@ mod tests {
     #[test]
     fn keys_are_minted_under_the_batch() {
         let m = manifest("public.audit", "audit", "2026-11-30T02:48:08.653101Z");
-        assert_eq!(slice_key(&m), "app/public.audit/2026/11/30/b1.slice");
         assert_eq!(
-            manifest_key(&m),
-            "app/public.audit/2026/11/30/b1.manifest.json"
+            slice_key("7.app", &m),
+            "7.app/public.audit/2026/11/30/b1.slice"
         );
-        assert_eq!(manifest_for(&slice_key(&m)), manifest_key(&m));
-        assert_eq!(slice_for(&manifest_key(&m)), slice_key(&m));
+        assert_eq!(
+            manifest_key("7.app", &m),
+            "7.app/public.audit/2026/11/30/b1.manifest.json"
+        );
+        assert_eq!(manifest_for(&slice_key("n", &m)), manifest_key("n", &m));
+        assert_eq!(slice_for(&manifest_key("n", &m)), slice_key("n", &m));
+    }
+
+    #[test]
+    fn only_product_objects_of_the_namespace_are_ours() {
+        let b = "0b7c5a52-6a47-4f0e-9d7e-1f2a3b4c5d6e";
+        for name in [
+            format!("{b}.slice"),
+            format!("{b}.manifest.json"),
+            format!("{b}.s12.slice"),
+            format!("{b}.s3.manifest.json"),
+        ] {
+            assert!(is_product_name(&name), "{name}");
+            let key = format!("7.app/public.audit/2026/11/30/{name}");
+            assert!(in_namespace("7.app", &key), "{key}");
+            assert!(!in_namespace("8.app", &key), "another namespace: {key}");
+            let weird = format!("7.app/{WEIRD_RELATION}/2026/11/30/{name}");
+            assert!(in_namespace("7.app", &canonical(&weird)), "{weird}");
+        }
+        for key in [
+            format!("7.app/public.audit/2026/11/30/{b}.slice.bak"),
+            "7.app/public.audit/2026/11/30/.slice".into(),
+            "7.app/public.audit/2026/11/30/notes.txt".into(),
+            format!("7.app/public.audit/2026/11/{b}.slice"),
+            format!("7.app/2026/11/30/{b}.slice"),
+            "7.app/notes.txt".into(),
+            format!("7.app/public.audit/26/11/30/{b}.slice"),
+            "_retention/namespaces/7.app.json".into(),
+        ] {
+            assert!(!in_namespace("7.app", &key), "{key}");
+        }
     }
 
     #[test]
@@ -228,11 +290,11 @@ mod tests {
     #[test]
     fn keys_are_minted_without_empty_segments() {
         let mut m = manifest("public.\"a//b/\"", "p", "2026-11-30T00:00:00Z");
-        let key = slice_key(&m);
+        let key = slice_key("app", &m);
         assert_eq!(key, "app/public.\"a/b/\"/2026/11/30/b1.slice");
         assert_eq!(key_of("", &path_of("", &key)), Some(key));
         m.relation = WEIRD_RELATION.into();
-        let key = slice_key(&m);
+        let key = slice_key("app", &m);
         assert_eq!(canonical(&key), key);
     }
 

@@ -12,6 +12,7 @@ mod fault;
 mod http;
 mod keys;
 mod metrics;
+mod namespace;
 mod ops;
 mod orphans;
 mod pipeline;
@@ -20,6 +21,7 @@ mod runner;
 mod store;
 mod supersede;
 mod tls;
+mod verify;
 
 use clap::Parser;
 use cli::{Cli, Command};
@@ -82,13 +84,9 @@ async fn dispatch(cli: Cli, settings: Settings) -> Result<()> {
             orphans::sweep(&settings, age, apply).await
         }
         Command::Inspect { target } => ops::inspect(&settings, &target).await,
-        Command::Verify { all, key } => match ops::verify(&settings, all, key.as_deref()).await? {
-            0 => Ok(()),
-            n => Err(Error::Verify {
-                key: "(see above)".into(),
-                reason: format!("{n} slices failed verification"),
-            }),
-        },
+        Command::Verify { all, key } => verify::verify(&settings, all, key.as_deref())
+            .await?
+            .into_result(),
         Command::Expire { .. } => Err(Error::Config(
             "expire is dispatched with its own exit codes".into(),
         )),

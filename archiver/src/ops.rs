@@ -1,29 +1,29 @@
-//! Operator commands: ls, inspect, verify, restore.
+//! Operator commands: ls, inspect, restore (verify: `verify.rs`).
 
 use crate::config::Settings;
 use crate::db::Db;
 use crate::error::{Error, Result};
-use crate::keys::{canonical, display, manifest_for, parse_display, slice_for};
+use crate::keys::{display, manifest_for, parse_display, slice_for};
 use crate::store::Store;
 use futures::SinkExt;
 use pg_retention_format::{quote_ident, verify_slice, ColumnSpec, Manifest, Row};
 use std::io::{IsTerminal, Write};
 
 /// Progress on a terminal, nothing in logs.
-struct Progress {
+pub(crate) struct Progress {
     total: usize,
     tty: bool,
 }
 
 impl Progress {
-    fn new(total: usize) -> Self {
+    pub(crate) fn new(total: usize) -> Self {
         Progress {
             total,
             tty: std::io::stderr().is_terminal(),
         }
     }
 
-    fn show(&self, done: usize, what: &str) {
+    pub(crate) fn show(&self, done: usize, what: &str) {
         if self.tty {
             eprint!("\r{what} {done}/{}   ", self.total);
             if done == self.total {
@@ -33,7 +33,7 @@ impl Progress {
     }
 }
 
-async fn read_manifest(store: &Store, key: &str) -> Result<Manifest> {
+pub(crate) async fn read_manifest(store: &Store, key: &str) -> Result<Manifest> {
     Ok(serde_json::from_slice(
         &store.get(&manifest_for(key)).await?,
     )?)
@@ -41,7 +41,7 @@ async fn read_manifest(store: &Store, key: &str) -> Result<Manifest> {
 
 /// Resolves a slice key, manifest key (as `ls` prints keys: [`parse_display`]) or batch id to a
 /// slice key.
-async fn resolve_key(settings: &Settings, store: &Store, typed: &str) -> Result<String> {
+pub(crate) async fn resolve_key(settings: &Settings, store: &Store, typed: &str) -> Result<String> {
     let target = parse_display(typed)?;
     let target = target.as_str();
     if target.ends_with(".slice") || target.ends_with(".manifest.json") {
@@ -107,96 +107,6 @@ pub async fn inspect(settings: &Settings, target: &str) -> Result<()> {
     let m = read_manifest(&store, &key).await?;
     println!("{}", serde_json::to_string_pretty(&m)?);
     Ok(())
-}
-
-/// `verify`: re-reads slices, checks each against its manifest and against retention.archives.
-/// Returns the number of failures (also printed).
-pub async fn verify(settings: &Settings, all: bool, key: Option<&str>) -> Result<usize> {
-    let store = Store::open(settings)?;
-    let keys = match (all, key) {
-        (true, _) => store
-            .manifests()
-            .await?
-            .iter()
-            .map(|k| slice_for(k))
-            .collect(),
-        (false, Some(k)) => vec![resolve_key(settings, &store, k).await?],
-        (false, None) => return Err(Error::Config("verify needs --all or a key".into())),
-    };
-    let db = match settings.database_url {
-        Some(_) => Some(Db::connect(settings).await?),
-        None => None,
-    };
-    let progress = Progress::new(keys.len());
-    let mut failures = 0;
-    for (i, key) in keys.iter().enumerate() {
-        let verdict = verify_one(&store, db.as_ref(), key).await;
-        match verdict {
-            Ok(Verdict::Verified(note)) => println!("ok\t{}{note}", display(key)),
-            Ok(Verdict::Superseded(by)) => {
-                println!("superseded\t{}\tby {}", display(key), display(&by))
-            }
-            Err(e) => {
-                failures += 1;
-                println!("FAILED\t{}\t{e}", display(key));
-            }
-        }
-        progress.show(i + 1, "verified");
-    }
-    println!("{} verified, {failures} failed", keys.len() - failures);
-    Ok(failures)
-}
-
-/// What `verify` found of a slice that is intact.
-enum Verdict {
-    /// It is what the index records (or the index does not know it); a note for the listing.
-    Verified(String),
-    /// An erasure's rewrite replaced it (named); its deletion is pending.
-    Superseded(String),
-}
-
-async fn verify_one(store: &Store, db: Option<&Db>, key: &str) -> Result<Verdict> {
-    let m = read_manifest(store, key).await?;
-    let slice = store.get(key).await?;
-    verify_slice(&slice, &m.blake3, m.rows, m.bytes).map_err(|e| Error::Verify {
-        key: key.to_owned(),
-        reason: e.to_string(),
-    })?;
-    let rewrite = match &m.supersedes {
-        Some(digest) => format!("\t(rewritten by an erasure; supersedes manifest {digest})"),
-        None => String::new(),
-    };
-    let Some(db) = db else {
-        return Ok(Verdict::Verified(rewrite));
-    };
-    if let Some((state, by)) = db.object_state(key).await? {
-        if state == "superseded" {
-            return Ok(Verdict::Superseded(by));
-        }
-    }
-    match db.archive_record(&m.batch).await? {
-        None => Ok(Verdict::Verified(
-            "\t(not in retention.archives: written but never pruned)".into(),
-        )),
-        Some(r)
-            if r.blake3 == m.blake3
-                && r.rows as u64 == m.rows
-                && r.bytes as u64 == m.bytes
-                && canonical(&r.object_key) == canonical(key) =>
-        {
-            Ok(Verdict::Verified(rewrite))
-        }
-        Some(r) => Err(Error::Verify {
-            key: key.to_owned(),
-            reason: format!(
-                "retention.archives says {} rows, {} bytes, blake3 {} at {}",
-                r.rows,
-                r.bytes,
-                r.blake3,
-                display(&r.object_key)
-            ),
-        }),
-    }
 }
 
 /// A column name from a manifest, checked before it is quoted into DDL: not empty, no NUL, no

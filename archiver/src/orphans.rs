@@ -3,14 +3,16 @@
 //! (objects are named after their batch) — and that are older than D: debris of archivers
 //! that died between writing and pruning. By default it only reports; with `--apply` it reads
 //! the references again, deletes exactly the objects still unreferenced among those listed,
-//! and ledgers `orphan_object_sweep` with their count, bytes and keys. Control objects
-//! (`_retention/`, expire tombstones) are never candidates.
+//! and ledgers `orphan_object_sweep` with their count, bytes and keys. Only objects of this
+//! database's namespace (`crate::namespace`) with the shape of this product's objects
+//! ([`in_namespace`]) are candidates: another database's objects, keys written before
+//! namespaces, foreign files and control objects (`_retention/`) never are.
 
 use crate::config::Settings;
 use crate::db::Db;
 use crate::error::Result;
 use crate::expire::MAX_KEYS_PER_REQUEST;
-use crate::keys::{canonical, display, manifest_for, slice_for};
+use crate::keys::{canonical, display, in_namespace, manifest_for, slice_for};
 use crate::store::Store;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -87,7 +89,13 @@ fn unreferenced(
 pub async fn sweep(settings: &Settings, age: Duration, apply: bool) -> Result<()> {
     let db = Db::connect(settings).await?;
     let store = Store::open(settings)?;
-    let objects = store.objects().await?;
+    let ns = crate::namespace::own(&db, &store).await?;
+    let objects: Vec<_> = store
+        .objects(&ns)
+        .await?
+        .into_iter()
+        .filter(|(key, _, _)| in_namespace(&ns, key))
+        .collect();
     let listed = unreferenced(&objects, &References::read(&db).await?, age);
     for (key, size) in &listed {
         println!("orphan\t{}\t{size}", display(key));
@@ -192,7 +200,7 @@ mod tests {
                     .await
                     .unwrap();
             }
-            let mut objects = store.objects().await.unwrap();
+            let mut objects = store.objects("").await.unwrap();
             for o in &mut objects {
                 o.2 -= chrono::Duration::days(1);
             }
@@ -203,7 +211,11 @@ mod tests {
                 "only the debris is an orphan"
             );
             store.delete(std::slice::from_ref(&debris)).await.unwrap();
-            assert_eq!(store.objects().await.unwrap().len(), 2, "the archive stays");
+            assert_eq!(
+                store.objects("").await.unwrap().len(),
+                2,
+                "the archive stays"
+            );
         }
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -26,11 +26,27 @@ async fn context(settings: Settings) -> Result<Context> {
     let store = Store::open(&settings)?;
     let db = Arc::new(Db::connect(&settings).await?);
     let prune_db = Arc::new(Db::connect(&settings).await?);
+    // Claimed at once: another database's namespace is refused before anything is claimed. A
+    // store that cannot be reached now is tried again before the first write
+    // (`pipeline::write`), where failing releases the batch as any failed write does.
+    let namespace = crate::namespace::read(&db).await?;
+    let claimed = tokio::sync::OnceCell::new();
+    match crate::namespace::claim(&store, &namespace).await {
+        Ok(ns) => {
+            let _ = claimed.set(ns);
+        }
+        Err(e @ Error::NamespaceClaimed { .. }) => return Err(e),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot claim the archive namespace yet; trying again before the first write")
+        }
+    }
     Ok(Context {
         settings,
         db,
         prune_db,
         store,
+        namespace,
+        claimed,
         metrics: Arc::new(Metrics::default()),
     })
 }

@@ -327,11 +327,19 @@ impl Store {
         Ok(())
     }
 
-    /// Every object under the prefix: (key, size, last modified), sorted by key.
-    pub async fn objects(&self) -> Result<Vec<(String, u64, chrono::DateTime<chrono::Utc>)>> {
+    /// Every object whose key starts with the segments of `dir` (everything for ""): (key,
+    /// size, last modified), sorted by key.
+    pub async fn objects(
+        &self,
+        dir: &str,
+    ) -> Result<Vec<(String, u64, chrono::DateTime<chrono::Utc>)>> {
+        let root = match dir {
+            "" => self.list_root(),
+            dir => Some(self.path(dir)),
+        };
         let mut found: Vec<(String, u64, chrono::DateTime<chrono::Utc>)> = self
             .inner
-            .list(self.list_root().as_ref())
+            .list(root.as_ref())
             .try_filter_map(|m| {
                 let key = self.key(&m.location);
                 futures::future::ready(Ok(key.map(|k| (k, m.size, m.last_modified))))
@@ -553,7 +561,7 @@ mod tests {
                 .unwrap();
             assert_eq!(s.manifests().await.unwrap(), vec![manifest.clone()]);
             let listed: Vec<String> = s
-                .objects()
+                .objects("")
                 .await
                 .unwrap()
                 .into_iter()
@@ -579,7 +587,7 @@ mod tests {
                 Written::AlreadyIdentical
             );
             s.delete(&listed).await.unwrap();
-            assert!(s.objects().await.unwrap().is_empty());
+            assert!(s.objects("").await.unwrap().is_empty());
             assert!(!s.exists(&recorded).await.unwrap());
         }
         let _ = std::fs::remove_dir_all(dir);
@@ -635,7 +643,7 @@ mod tests {
 
     /// The keys a listing of `s` gives back.
     async fn keys_of(s: &Store) -> Vec<String> {
-        s.objects()
+        s.objects("")
             .await
             .unwrap()
             .into_iter()

@@ -83,6 +83,24 @@ CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.archive_expirati
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirations
     FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
 
+-- This database's archive namespace: the first segment of every object key it writes, so
+-- databases sharing an object store never touch each other's objects (docs/archiver.md). One
+-- row, written on first use (derived: `<system identifier>.<database>`) or by the operator
+-- (retention.set_archive_namespace), and the result of the archiver's last `verify --all`
+-- (retention._missing_archives). Not dumped: a restored database derives its own namespace
+-- (its cluster's), and its recorded archives keep their keys.
+CREATE TABLE retention.archive_namespace (
+    singleton             boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    namespace             text NOT NULL CHECK (namespace ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$'),
+    source                text NOT NULL CHECK (source IN ('derived', 'operator')),
+    recorded_at           timestamptz NOT NULL DEFAULT now(),
+    verified_at           timestamptz,
+    verified_checked      bigint,
+    verified_missing      bigint,
+    verified_failed       bigint,
+    verified_unreferenced bigint
+);
+
 -- Erasure reaches archived rows (retention.erase; docs/sql-reference.md): one row per archive
 -- an erasure may have rows in. `pending` until an archiver has evaluated the erasure's predicate
 -- over the archive's slice; then `unaffected` (no row matched, or the archive's objects had

@@ -234,6 +234,18 @@ CREATE TABLE retention.policy_counters (
     last_error         text,
     backlog            bigint
 );
+-- Per policy, what retention.metrics() reports of its table (api/metrics.rs), measured as the
+-- policy's owner and kept so a scrape reads one row per policy instead of every table: the
+-- age-column value of the oldest row the policy may delete now or once it is old enough (every
+-- guard but the age bound), and an archive policy's deletable rows. Dropped (stale) after each
+-- run, measured again by scrapes within a time budget. State, not history: not dumped.
+CREATE TABLE retention.policy_gauges (
+    policy_id        bigint PRIMARY KEY,
+    oldest_candidate timestamptz,
+    eligible_rows    bigint,
+    measured_at      timestamptz NOT NULL
+);
+
 CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.ledger_entries
     FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.ledger_entries

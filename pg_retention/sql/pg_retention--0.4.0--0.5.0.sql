@@ -11,7 +11,8 @@
 -- ledger's pause entries in retention.stats); erasure (retention.erase, erase_in_batches, the
 -- retention_eraser role, the retention.erasures view) and archive supersession
 -- (retention.supersessions, the functions the archiver calls, retention.archives' current
--- object columns); and whole leaves retired in two transactions (retention.retiring_leaves).
+-- object columns); whole leaves retired in two transactions (retention.retiring_leaves); and
+-- each database's archive namespace in shared stores (retention.archive_namespace).
 -- No existing row changes. As before,
 -- every view and function goes and is defined again below exactly as a fresh install defines
 -- it (scripts/assemble-upgrade), so an upgraded schema equals a fresh one (tests/tests/upgrade.rs).
@@ -137,6 +138,14 @@ BEGIN
 END
 $drop$;
 
+-- What retention.metrics() reports of each policy's table, kept between scrapes.
+CREATE TABLE retention.policy_gauges (
+    policy_id        bigint PRIMARY KEY,
+    oldest_candidate timestamptz,
+    eligible_rows    bigint,
+    measured_at      timestamptz NOT NULL
+);
+
 -- The ledger's running totals (retention.policy_counters): the entries written before 0.5.0
 -- are counted once, in order, by the function the trigger calls for every new one.
 CREATE TABLE retention.policy_counters (
@@ -180,6 +189,24 @@ CREATE TABLE retention.retiring_leaves (
     hold_ids    bigint[] NOT NULL DEFAULT '{}',
     hold_seen   bigint NOT NULL,
     detached_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- This database's archive namespace: the first segment of every object key it writes, so
+-- databases sharing an object store never touch each other's objects (docs/archiver.md). One
+-- row, written on first use (derived: `<system identifier>.<database>`) or by the operator
+-- (retention.set_archive_namespace), and the result of the archiver's last `verify --all`
+-- (retention._missing_archives). Not dumped: a restored database derives its own namespace
+-- (its cluster's), and its recorded archives keep their keys.
+CREATE TABLE retention.archive_namespace (
+    singleton             boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    namespace             text NOT NULL CHECK (namespace ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$'),
+    source                text NOT NULL CHECK (source IN ('derived', 'operator')),
+    recorded_at           timestamptz NOT NULL DEFAULT now(),
+    verified_at           timestamptz,
+    verified_checked      bigint,
+    verified_missing      bigint,
+    verified_failed       bigint,
+    verified_unreferenced bigint
 );
 
 /*
@@ -784,6 +811,14 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_lower_floor_wrapper';
 
+-- pg_retention/src/archive/namespace.rs:144
+-- pg_retention::archive::namespace::_missing_archives
+CREATE OR REPLACE FUNCTION "_missing_archives"() RETURNS bigint /* Option < i64 > */
+STRICT STABLE SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_missing_archives_wrapper';
+
 -- pg_retention/src/api/worker.rs:77
 -- pg_retention::api::worker::_overdue
 CREATE OR REPLACE FUNCTION "_overdue"(
@@ -808,15 +843,17 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_place_hold_wrapper';
 
--- pg_retention/src/api/metrics.rs:62
--- pg_retention::api::metrics::_policy_gauges
-CREATE OR REPLACE FUNCTION "_policy_gauges"(
-	"policy_id" bigint /* i64 */
-) RETURNS jsonb /* pgrx :: JsonB */
+-- pg_retention/src/api/metrics.rs:153
+-- pg_retention::api::metrics::_policy_gauges_all
+CREATE OR REPLACE FUNCTION "_policy_gauges_all"() RETURNS TABLE (
+	"policy_id" bigint,  /* i64 */
+	"oldest_eligible_age_seconds" double precision,  /* Option < f64 > */
+	"eligible_rows" bigint  /* Option < i64 > */
+)
 STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_policy_gauges_wrapper';
+AS 'MODULE_PATHNAME', '_policy_gauges_all_wrapper';
 
 -- pg_retention/src/api/hold.rs:96
 -- pg_retention::api::hold::_predicate_problem
@@ -887,7 +924,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_begin_wrapper';
 
--- pg_retention/src/api/sweep.rs:275
+-- pg_retention/src/api/sweep.rs:276
 -- pg_retention::api::sweep::_run_end
 CREATE OR REPLACE FUNCTION "_run_end"(
 	"state" jsonb, /* pgrx :: JsonB */
@@ -1007,6 +1044,19 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_wake_launcher_wrapper';
 
+-- pg_retention/src/archive/namespace.rs:71
+-- pg_retention::archive::namespace::archive_namespace
+CREATE OR REPLACE FUNCTION "archive_namespace"() RETURNS TABLE (
+	"namespace" TEXT,  /* String */
+	"system_identifier" TEXT,  /* String */
+	"database_oid" bigint,  /* i64 */
+	"database_name" TEXT  /* String */
+)
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'archive_namespace_wrapper';
+
 -- pg_retention/src/api/archive.rs:105
 -- pg_retention::api::archive::claimed_slice
 CREATE OR REPLACE FUNCTION "claimed_slice"(
@@ -1050,6 +1100,29 @@ STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'preview_partitions_wrapper';
+
+-- pg_retention/src/archive/namespace.rs:109
+-- pg_retention::archive::namespace::record_archive_verification
+CREATE OR REPLACE FUNCTION "record_archive_verification"(
+	"checked" bigint, /* i64 */
+	"missing" bigint, /* i64 */
+	"failed" bigint, /* i64 */
+	"unreferenced" bigint /* i64 */
+) RETURNS void
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'record_archive_verification_wrapper';
+
+-- pg_retention/src/archive/namespace.rs:88
+-- pg_retention::archive::namespace::set_archive_namespace
+CREATE OR REPLACE FUNCTION "set_archive_namespace"(
+	"namespace" TEXT /* & str */
+) RETURNS TEXT /* String */
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'set_archive_namespace_wrapper';
 
 -- pg_retention/src/api/version.rs:6
 -- pg_retention::api::version::version
@@ -1840,38 +1913,34 @@ $fn$;
 
 -- ---- Metrics (docs/observability.md). ----
 
--- A policy's gauges read from its table (api/metrics.rs); for a policy whose table cannot be
--- read (its owner lost a privilege, the table is gone) none, and a WARNING saying why, so that
--- one broken policy does not take every metric with it (retention.health() flags it).
-CREATE OR REPLACE FUNCTION retention._policy_gauges_safe(policy_id bigint) RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    RETURN retention._result(retention._policy_gauges(policy_id));
-EXCEPTION WHEN OTHERS THEN
-    RAISE WARNING 'pg_retention: no gauges for policy %: %', policy_id, SQLERRM;
-    RETURN '{}'::jsonb;
-END
-$fn$;
-
 -- Every metric of the database, one row per sample: name, labels, value, help, type. The
 -- definitions of every family live here; the archiver's /metrics (also in its metrics-only
 -- mode) and the exporter queries in deploy/ read this. Labels come from closed sets (policy
 -- names, reasons, the database): never keys, batch ids, digests or actors. Counters come from
 -- retention.policy_counters (one row per policy whatever the ledger's size); the oldest
--- deletable row and an archive policy's backlog are read from each table as its policy's owner
--- (retention._policy_gauges).
+-- deletable row and an archive policy's backlog are measured in each table as its policy's
+-- owner and kept between scrapes (retention._policy_gauges_all, api/metrics.rs).
 CREATE OR REPLACE FUNCTION retention.metrics()
 RETURNS TABLE (name text, labels jsonb, value float8, help text, type text)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
     WITH p AS (
+        -- pl: the policy's labels, built once; ord: its place in every family.
         SELECT p.id, p.name AS policy, p.action, p.enabled,
+               jsonb_build_object('policy', p.name) AS pl, row_number() OVER (ORDER BY p.name) AS ord,
                extract(epoch FROM p.older_than)::float8 AS window_seconds,
-               s.rows_pruned_total, s.rows_archived_total, s.bytes_archived_total, s.batches_total,
-               s.hold_skips_total, s.cap_hits_total, s.partitions_dropped_total, s.paused_seconds_total,
-               s.errors_total, s.backlog,
-               greatest(s.last_success_at, s.last_archive_at) AS last_success_at,
-               retention._policy_gauges_safe(p.id) AS g
-          FROM retention.policies p JOIN retention.stats s ON s.policy = p.name),
+               coalesce(c.rows_deleted, 0) AS rows_pruned_total, coalesce(c.rows_archived, 0) AS rows_archived_total,
+               coalesce(c.bytes_archived, 0) AS bytes_archived_total, coalesce(c.batches, 0) AS batches_total,
+               coalesce(c.hold_skips, 0) AS hold_skips_total, coalesce(c.cap_hits, 0) AS cap_hits_total,
+               coalesce(c.partitions_dropped, 0) AS partitions_dropped_total,
+               coalesce(c.paused_seconds, 0)::float8 AS paused_seconds_total,
+               coalesce(c.errors, '{}') AS errors_total, c.backlog,
+               greatest(c.last_success_at, c.last_archive_at) AS last_success_at,
+               g.oldest_eligible_age_seconds, g.eligible_rows
+          -- The running totals by policy id, as retention.stats reads them (joined by id: a
+          -- join by name through that view is quadratic in the number of policies).
+          FROM retention.policies p
+          LEFT JOIN retention.policy_counters c ON c.policy_id = p.id
+          LEFT JOIN retention._policy_gauges_all() g ON g.policy_id = p.id),
     f(name, type, help) AS (VALUES
         ('pg_retention_policy_rows_deleted_total', 'counter', 'Rows deleted by the policy (batches and whole partitions).'),
         ('pg_retention_policy_rows_archived_total', 'counter', 'Rows in the verified archives the policy''s deletes rest on.'),
@@ -1891,31 +1960,35 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         ('pg_retention_worker_last_cycle_timestamp_seconds', 'gauge', 'Unix time the worker last finished a cycle.'),
         ('pg_retention_worker_naptime_seconds', 'gauge', 'pg_retention.naptime: the worker''s time between cycles.'),
         ('pg_retention_erasure_supersessions_pending', 'gauge', 'Archives an erasure still has to rewrite.'),
+        ('pg_retention_archives_missing', 'gauge', 'Recorded, unexpired archives whose slice or manifest the last verify --all did not find or could not verify.'),
         ('pg_retention_build_info', 'gauge', 'The extension''s version (always 1).')),
-    r(reason) AS (VALUES ('privilege'), ('conflict'), ('invalid'), ('archive_refused'), ('archive_failed'),
-                         ('lease_expired'), ('other')),
-    v(name, labels, value) AS (
-        SELECT 'pg_retention_policy_rows_deleted_total', jsonb_build_object('policy', policy), rows_pruned_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_rows_archived_total', jsonb_build_object('policy', policy), rows_archived_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_bytes_archived_total', jsonb_build_object('policy', policy), bytes_archived_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_batches_total', jsonb_build_object('policy', policy), batches_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_hold_skips_total', jsonb_build_object('policy', policy), hold_skips_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_cap_hits_total', jsonb_build_object('policy', policy), cap_hits_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_partitions_dropped_total', jsonb_build_object('policy', policy), partitions_dropped_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_paused_seconds_total', jsonb_build_object('policy', policy), paused_seconds_total FROM p
-        UNION ALL SELECT 'pg_retention_policy_errors_total', jsonb_build_object('policy', p.policy, 'reason', r.reason),
+    r(reason, i) AS (VALUES ('privilege', 1), ('conflict', 2), ('invalid', 3), ('archive_refused', 4),
+                            ('archive_failed', 5), ('lease_expired', 6), ('other', 7)),
+    -- Families in name order, samples by policy within each: a sort on small integers.
+    fo AS (SELECT f.name, f.type, f.help, row_number() OVER (ORDER BY f.name) AS ord FROM f),
+    -- k: the order of samples within a family (sorting by labels::text is far slower).
+    v(name, k, labels, value) AS (
+        SELECT 'pg_retention_policy_rows_deleted_total', ord * 8, pl, rows_pruned_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_rows_archived_total', ord * 8, pl, rows_archived_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_bytes_archived_total', ord * 8, pl, bytes_archived_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_batches_total', ord * 8, pl, batches_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_hold_skips_total', ord * 8, pl, hold_skips_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_cap_hits_total', ord * 8, pl, cap_hits_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_partitions_dropped_total', ord * 8, pl, partitions_dropped_total::float8 FROM p
+        UNION ALL SELECT 'pg_retention_policy_paused_seconds_total', ord * 8, pl, paused_seconds_total FROM p
+        UNION ALL SELECT 'pg_retention_policy_errors_total', p.ord * 8 + r.i, jsonb_build_object('policy', p.policy, 'reason', r.reason),
                          coalesce((p.errors_total->>r.reason)::float8, 0) FROM p CROSS JOIN r
-        UNION ALL SELECT 'pg_retention_policy_last_success_timestamp_seconds', jsonb_build_object('policy', policy),
+        UNION ALL SELECT 'pg_retention_policy_last_success_timestamp_seconds', ord * 8, pl,
                          extract(epoch FROM last_success_at)::float8 FROM p WHERE last_success_at IS NOT NULL
-        UNION ALL SELECT 'pg_retention_policy_backlog_rows', jsonb_build_object('policy', policy),
-                         CASE WHEN action = 'archive_then_delete' THEN (g->>'eligible_rows')::float8 ELSE backlog::float8 END
-                    FROM p WHERE CASE WHEN action = 'archive_then_delete' THEN g->>'eligible_rows' ELSE backlog::text END IS NOT NULL
-        UNION ALL SELECT 'pg_retention_policy_oldest_eligible_age_seconds', jsonb_build_object('policy', policy),
-                         (g->>'oldest_eligible_age_seconds')::float8 FROM p WHERE g->>'oldest_eligible_age_seconds' IS NOT NULL
-        UNION ALL SELECT 'pg_retention_policy_window_seconds', jsonb_build_object('policy', policy), window_seconds
+        UNION ALL SELECT 'pg_retention_policy_backlog_rows', ord * 8, pl,
+                         CASE WHEN action = 'archive_then_delete' THEN eligible_rows::float8 ELSE backlog::float8 END
+                    FROM p WHERE CASE WHEN action = 'archive_then_delete' THEN eligible_rows ELSE backlog END IS NOT NULL
+        UNION ALL SELECT 'pg_retention_policy_oldest_eligible_age_seconds', ord * 8, pl,
+                         oldest_eligible_age_seconds FROM p WHERE oldest_eligible_age_seconds IS NOT NULL
+        UNION ALL SELECT 'pg_retention_policy_window_seconds', ord * 8, pl, window_seconds
                     FROM p WHERE window_seconds IS NOT NULL
-        UNION ALL SELECT 'pg_retention_policy_enabled', jsonb_build_object('policy', policy), enabled::int::float8 FROM p
-        UNION ALL SELECT 'pg_retention_worker_up', jsonb_build_object('database', current_database()),
+        UNION ALL SELECT 'pg_retention_policy_enabled', ord * 8, pl, enabled::int::float8 FROM p
+        UNION ALL SELECT 'pg_retention_worker_up', 0, jsonb_build_object('database', current_database()),
                          (EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_type = 'pg_retention launcher')
                           AND coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'off')::boolean
                           AND (SELECT current_database()::text = ANY (l) OR '*' = ANY (l)
@@ -1923,16 +1996,18 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
                           AND coalesce((SELECT bool_and(w.running OR w.last_visit_end IS NULL OR w.last_visit_end > clock_timestamp()
                                                         - 2 * coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval)
                                           FROM retention.workers w WHERE w.database = current_database()), true))::int::float8
-        UNION ALL SELECT 'pg_retention_worker_last_cycle_timestamp_seconds', jsonb_build_object('database', current_database()),
+        UNION ALL SELECT 'pg_retention_worker_last_cycle_timestamp_seconds', 0, jsonb_build_object('database', current_database()),
                          extract(epoch FROM w.last_cycle_end)::float8
                     FROM retention.workers w WHERE w.database = current_database() AND w.last_cycle_end IS NOT NULL
-        UNION ALL SELECT 'pg_retention_worker_naptime_seconds', jsonb_build_object('database', current_database()),
+        UNION ALL SELECT 'pg_retention_worker_naptime_seconds', 0, jsonb_build_object('database', current_database()),
                          extract(epoch FROM coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval)::float8
-        UNION ALL SELECT 'pg_retention_erasure_supersessions_pending', '{}'::jsonb,
+        UNION ALL SELECT 'pg_retention_erasure_supersessions_pending', 0, '{}'::jsonb,
                          (SELECT count(*) FROM retention.supersessions s WHERE s.state IN ('pending', 'rewritten'))::float8
-        UNION ALL SELECT 'pg_retention_build_info', jsonb_build_object('version', retention.version()), 1)
-    SELECT v.name, v.labels, v.value, f.help, f.type FROM v JOIN f ON f.name = v.name
-     ORDER BY v.name, v.labels::text
+        UNION ALL SELECT 'pg_retention_archives_missing', 0, '{}'::jsonb, m.n::float8
+                    FROM retention._missing_archives() m(n) WHERE m.n IS NOT NULL
+        UNION ALL SELECT 'pg_retention_build_info', 0, jsonb_build_object('version', retention.version()), 1)
+    SELECT v.name, v.labels, v.value, fo.help, fo.type FROM v JOIN fo ON fo.name = v.name
+     ORDER BY fo.ord, v.k
 $fn$;
 
 -- ---- Erasure (api/erasure.rs, engine/erase.rs) and archive supersession (archive/supersede.rs;
@@ -2115,7 +2190,8 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
     retention.open_supersessions(int), retention.supersession_matches(bigint, bytea, text[]),
     retention.supersession_unaffected(bigint, text),
     retention.supersession_rewritten(bigint, text, text, text, bigint, bigint, text),
-    retention.supersession_done(bigint, text), retention.archive_object_state(text)
+    retention.supersession_done(bigint, text), retention.archive_object_state(text),
+    retention.archive_namespace(), retention.record_archive_verification(bigint, bigint, bigint, bigint)
     TO retention_archiver;
 -- The database workers, when pg_retention.role names a member of retention_worker rather than
 -- a superuser: their own steps and state, nothing else (a policy still runs as its owner).
@@ -2136,9 +2212,9 @@ GRANT EXECUTE ON PROCEDURE retention.erase_in_batches(regclass, text, text, text
     TO retention_eraser;
 -- One scrape of the archiver shows the whole system.
 GRANT SELECT ON retention.stats TO retention_archiver;
--- The guard trigger runs as whoever updates a governed table; it evaluates only the policy's
--- own predicate, as the policy's owner, over a row of the policy's own table.
-GRANT EXECUTE ON FUNCTION retention._fixpoint_guard(), retention._fixpoint_eligible(bigint, oid, anyelement) TO PUBLIC;
+-- The guard trigger needs no grant: PostgreSQL checks EXECUTE on a trigger function when the
+-- trigger is made (by the extension's owner, guard.rs), not when it fires; it is SECURITY
+-- DEFINER, and calls retention._fixpoint_eligible as the extension's owner.
 -- What the statements that run as a policy's owner call (see pg_retention/src/author.rs).
 GRANT EXECUTE ON FUNCTION retention._hold_count(oid), retention._hold_matches(bigint, anyelement),
     retention._consumer_pins(bigint), retention._consumer_positions(bigint), retention._live_batches(oid),

@@ -154,9 +154,12 @@ fn weird_round_trip(c: &Cluster, a: &Archiver, store: Arc<dyn ObjectStore>, pref
         "SELECT object_key FROM retention.archives ORDER BY id",
     );
     assert_eq!(keys.len(), 3);
+    let ns: String = column(&mut db, "SELECT namespace FROM retention.archive_namespace")
+        .pop()
+        .unwrap();
     for k in &keys {
         assert!(
-            k.starts_with(&format!("postgres/{relation}/")),
+            k.starts_with(&format!("{ns}/{relation}/")),
             "the key holds the relation as it is: {k:?}"
         );
         assert!(

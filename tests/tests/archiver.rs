@@ -635,9 +635,14 @@ fn a_foreign_object_at_the_batch_key_fails_the_batch_and_prunes_nothing() {
         .get(0);
     let m = manifest_of(&mut db, &batch, true);
     let created = m["created_at"].as_str().unwrap();
+    // Keys go under the database's archive namespace (docs/archiver.md#objects).
+    let ns: String = db
+        .query_one("SELECT namespace FROM retention.archive_namespace()", &[])
+        .unwrap()
+        .get(0);
     let key = format!(
         "{}/{}/{}/{}/{}/{batch}.slice",
-        m["database"].as_str().unwrap(),
+        ns,
         m["relation"].as_str().unwrap(),
         &created[0..4],
         &created[5..7],

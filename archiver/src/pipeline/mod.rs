@@ -44,6 +44,11 @@ pub struct Context {
     pub prune_db: Arc<Db>,
     /// Object store.
     pub store: Store,
+    /// This database's archive namespace (`crate::namespace`), claimed in the store before the
+    /// first write ([`Context::claimed`]).
+    pub namespace: crate::namespace::Claim,
+    /// The namespace once claimed.
+    pub claimed: tokio::sync::OnceCell<String>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
 }
@@ -123,7 +128,15 @@ pub async fn claim(ctx: &Context, policy: &str, resume: bool) -> Result<Option<C
 /// Writes a claimed batch's slice and manifest create-only and reads them back (no database,
 /// unless it fails: then the batch is released on the claim connection).
 pub async fn write(ctx: &Context, c: Claimed) -> Result<Verified> {
-    match write_checked(&ctx.store, &c.policy, &c.batch, c.slice, c.manifest).await {
+    let claimed = ctx
+        .claimed
+        .get_or_try_init(|| crate::namespace::claim(&ctx.store, &ctx.namespace))
+        .await;
+    let written = match claimed {
+        Ok(ns) => write_checked(&ctx.store, ns, &c.policy, &c.batch, c.slice, c.manifest).await,
+        Err(e) => Err(e),
+    };
+    match written {
         Ok(w) => Ok(Verified {
             took: w.took,
             policy: c.policy,

@@ -39,6 +39,7 @@ pub struct Took {
 /// the slice's digest and length, writes both create-only and reads them back.
 pub async fn write_checked(
     store: &Store,
+    namespace: &str,
     policy: &str,
     batch: &str,
     slice: Bytes,
@@ -67,7 +68,10 @@ pub async fn write_checked(
     manifest.blake3 = digest.clone();
     manifest.bytes = bytes;
     let manifest_bytes = Bytes::from(serde_json::to_vec_pretty(&manifest)?);
-    let (skey, mkey) = (slice_key(&manifest), manifest_key(&manifest));
+    let (skey, mkey) = (
+        slice_key(namespace, &manifest),
+        manifest_key(namespace, &manifest),
+    );
     if fault::armed("mid-upload") {
         // A store that kept half an object before the process died.
         store.overwrite(&skey, fault::first_half(&slice)).await?;
@@ -206,7 +210,7 @@ mod tests {
     async fn a_written_slice_reports_its_key_digest_rows_and_bytes_and_reads_back() {
         let store = memory_store();
         let slice = slice_of(3);
-        let w = write_checked(&store, "audit", "b1", slice.clone(), manifest_of(3))
+        let w = write_checked(&store, "ns", "audit", "b1", slice.clone(), manifest_of(3))
             .await
             .unwrap();
         let mut m = manifest_of(3);
@@ -215,7 +219,7 @@ mod tests {
         assert_eq!(
             w,
             Written {
-                key: slice_key(&m),
+                key: slice_key("ns", &m),
                 digest: m.blake3.clone(),
                 rows: 3,
                 bytes: slice.len() as u64,
@@ -224,7 +228,7 @@ mod tests {
         );
         assert_eq!(store.get(&w.key).await.unwrap(), slice);
         let back: Manifest =
-            serde_json::from_slice(&store.get(&manifest_key(&m)).await.unwrap()).unwrap();
+            serde_json::from_slice(&store.get(&manifest_key("ns", &m)).await.unwrap()).unwrap();
         assert_eq!(
             back, m,
             "the manifest carries the slice's digest and length"
@@ -234,10 +238,11 @@ mod tests {
     #[tokio::test]
     async fn a_slice_whose_frames_disagree_with_the_batch_is_never_written() {
         let store = memory_store();
-        let refused = write_checked(&store, "audit", "b1", slice_of(2), manifest_of(3)).await;
+        let refused = write_checked(&store, "ns", "audit", "b1", slice_of(2), manifest_of(3)).await;
         assert!(matches!(refused, Err(Error::Verify { .. })), "{refused:?}");
         let undecodable = write_checked(
             &store,
+            "ns",
             "audit",
             "b1",
             Bytes::from_static(b"\0\0\0\x09ab"),
@@ -262,7 +267,7 @@ mod tests {
         m.blake3 = blake3::hash(&slice).to_hex().to_string();
         m.bytes = slice.len() as u64;
         let mbytes = Bytes::from(serde_json::to_vec_pretty(&m).unwrap());
-        let (skey, mkey) = (slice_key(&m), manifest_key(&m));
+        let (skey, mkey) = (slice_key("ns", &m), manifest_key("ns", &m));
         store.overwrite(&skey, slice.clone()).await.unwrap();
         store.overwrite(&mkey, mbytes.clone()).await.unwrap();
         verify_written(&store, &skey, &mkey, &m, &mbytes)

@@ -11,7 +11,8 @@
 -- ledger's pause entries in retention.stats); erasure (retention.erase, erase_in_batches, the
 -- retention_eraser role, the retention.erasures view) and archive supersession
 -- (retention.supersessions, the functions the archiver calls, retention.archives' current
--- object columns); and whole leaves retired in two transactions (retention.retiring_leaves).
+-- object columns); whole leaves retired in two transactions (retention.retiring_leaves); and
+-- each database's archive namespace in shared stores (retention.archive_namespace).
 -- No existing row changes. As before,
 -- every view and function goes and is defined again below exactly as a fresh install defines
 -- it (scripts/assemble-upgrade), so an upgraded schema equals a fresh one (tests/tests/upgrade.rs).
@@ -137,6 +138,14 @@ BEGIN
 END
 $drop$;
 
+-- What retention.metrics() reports of each policy's table, kept between scrapes.
+CREATE TABLE retention.policy_gauges (
+    policy_id        bigint PRIMARY KEY,
+    oldest_candidate timestamptz,
+    eligible_rows    bigint,
+    measured_at      timestamptz NOT NULL
+);
+
 -- The ledger's running totals (retention.policy_counters): the entries written before 0.5.0
 -- are counted once, in order, by the function the trigger calls for every new one.
 CREATE TABLE retention.policy_counters (
@@ -180,4 +189,22 @@ CREATE TABLE retention.retiring_leaves (
     hold_ids    bigint[] NOT NULL DEFAULT '{}',
     hold_seen   bigint NOT NULL,
     detached_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+-- This database's archive namespace: the first segment of every object key it writes, so
+-- databases sharing an object store never touch each other's objects (docs/archiver.md). One
+-- row, written on first use (derived: `<system identifier>.<database>`) or by the operator
+-- (retention.set_archive_namespace), and the result of the archiver's last `verify --all`
+-- (retention._missing_archives). Not dumped: a restored database derives its own namespace
+-- (its cluster's), and its recorded archives keep their keys.
+CREATE TABLE retention.archive_namespace (
+    singleton             boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    namespace             text NOT NULL CHECK (namespace ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$'),
+    source                text NOT NULL CHECK (source IN ('derived', 'operator')),
+    recorded_at           timestamptz NOT NULL DEFAULT now(),
+    verified_at           timestamptz,
+    verified_checked      bigint,
+    verified_missing      bigint,
+    verified_failed       bigint,
+    verified_unreferenced bigint
 );

@@ -1,67 +1,165 @@
-//! What `retention.metrics()` (sql/api.sql, where every family is named and described) reads
-//! from a governed table itself: how old its oldest deletable row is — the signal that retention
+//! What `retention.metrics()` (sql/api.sql, where every family is named and described) reports
+//! of a governed table itself: how old its oldest deletable row is — the signal that retention
 //! stalls — and, for an archive policy, how many rows are deletable now (no run records a
-//! backlog for it). Read as the policy's owner, with every guard (holds, references, pins) a
-//! sweep applies.
+//! backlog for it). Measured as the policy's owner, with every guard (holds, references, pins) a
+//! sweep applies, and kept (`retention.policy_gauges`), so a scrape costs one row per policy:
+//!
+//! * the oldest *candidate* is kept — the oldest row that passes every guard but the age bound
+//!   — so the oldest deletable row's age at any later moment follows from it (the candidate is
+//!   deletable exactly once it is older than the window) until rows change;
+//! * a run's end marks its policy's measurement stale; a scrape measures the policies never
+//!   measured or stale, then the least recently measured of those older than [`STALE_AFTER`],
+//!   for at most [`SCRAPE_BUDGET`] (on a primary: a standby reads what was kept).
 
-use crate::catalog::{active_holds, Action, Policy, RelationInfo};
+use crate::catalog::{active_holds, gauges, Action, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
-use crate::error::OrReport;
-use crate::error::{outcome, Result};
+use crate::error::{OrReport, Result};
+use crate::subxact;
+use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
+use std::time::{Duration, Instant};
 
 /// Deletable rows counted for an archive policy's backlog at most (a scrape stays cheap; the
 /// gauge reads "at least this many" when it is reached).
 const BACKLOG_CAP: i64 = 100_000;
+/// A kept measurement older than this is measured again by a scrape that has time left.
+const STALE_AFTER: Duration = Duration::from_secs(300);
+/// How long one scrape spends measuring stale policies.
+const SCRAPE_BUDGET: Duration = Duration::from_millis(3);
 
-#[derive(serde::Serialize, Default)]
-struct Gauges {
-    /// Seconds since the age-column value of the oldest deletable row; 0 when none is.
-    oldest_eligible_age_seconds: Option<f64>,
-    /// Deletable rows now, up to [`BACKLOG_CAP`] (archive policies only).
-    eligible_rows: Option<i64>,
-}
+/// One measurement: the oldest candidate row's age-column value, and an archive policy's
+/// deletable rows. None for a policy without gauges (no age, disabled, gone).
+type Measured = Option<(Option<TimestampWithTimeZone>, Option<i64>)>;
 
-fn gauges(policy_id: i64) -> Result<Gauges> {
+/// A policy's gauges as metrics() reports them: its id, the oldest deletable row's age in
+/// seconds, an archive policy's deletable rows.
+type Reported = (i64, Option<f64>, Option<i64>);
+
+fn measure(policy_id: i64) -> Result<Measured> {
     let Some(policy) = Policy::by_id(policy_id)? else {
-        return Ok(Gauges::default());
+        return Ok(None);
     };
     if !policy.kind.by_age() || !policy.enabled {
-        return Ok(Gauges::default());
+        return Ok(None);
     }
     let Some(age) = policy.age_column.as_deref() else {
-        return Ok(Gauges::default());
+        return Ok(None);
     };
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
     let holds = active_holds(rel.oid)?;
-    let elig = Eligibility::new(&policy, &rel, &holds)?;
-    let condition = elig.age_predicate(Guards::ALL);
+    // Every guard but the age bound: the rows that are deletable now or will be with time.
+    let candidates = Eligibility::with_cutoff(&policy, &rel, &holds, "'infinity'")?;
+    let condition = candidates.age_predicate(Guards::ALL);
     let table = &rel.qualified;
     let age = crate::sql_text::ident(age);
-    elig.as_owner(|| {
-        let oldest = Spi::get_one::<f64>(&format!(
-            "SELECT coalesce(extract(epoch FROM now() - min(t.{age})::timestamptz)::float8, 0)
-               FROM {table} t WHERE {condition}"
-        ))?;
-        let eligible_rows = if policy.action == Action::ArchiveThenDelete {
-            Spi::get_one::<i64>(&format!(
+    let oldest = candidates.as_owner(|| {
+        Ok(Spi::get_one::<TimestampWithTimeZone>(&format!(
+            "SELECT min(t.{age})::timestamptz FROM {table} t WHERE {condition}"
+        ))?)
+    })?;
+    let eligible_rows = if policy.action == Action::ArchiveThenDelete {
+        let now = Eligibility::new(&policy, &rel, &holds)?;
+        let condition = now.age_predicate(Guards::ALL);
+        now.as_owner(|| {
+            Ok(Spi::get_one::<i64>(&format!(
                 "SELECT count(*) FROM (SELECT 1 FROM {table} t WHERE {condition} LIMIT {BACKLOG_CAP}) x"
-            ))?
-        } else {
-            None
-        };
-        Ok(Gauges {
-            oldest_eligible_age_seconds: oldest,
-            eligible_rows,
-        })
-    })
+            ))?)
+        })?
+    } else {
+        None
+    };
+    Ok(Some((oldest, eligible_rows)))
 }
 
-/// `{"ok": {oldest_eligible_age_seconds, eligible_rows}}` of policy `policy_id` (nulls for a
-/// policy that has no age, is disabled or gone). `retention._policy_gauges_safe` calls it.
+/// Measures policy `policy_id` and keeps the result; a failure (a table its owner can no longer
+/// read, a table gone) is a warning and keeps nothing, so that one broken policy takes no
+/// metric or run with it (`retention.health()` flags it).
+fn refresh(policy_id: i64) -> Result<Measured> {
+    let measured = subxact::or_error(|| {
+        let measured = measure(policy_id)?;
+        if let Some((oldest, rows)) = measured {
+            gauges::keep(policy_id, oldest, rows)?;
+        }
+        Ok(measured)
+    })?;
+    Ok(measured.unwrap_or_else(|failure| {
+        warning!(
+            "pg_retention: no gauges for policy {policy_id}: {}",
+            failure.message
+        );
+        None
+    }))
+}
+
+/// After a run: its policy's kept gauges are stale (the run changed its table), so the next
+/// scrape measures it first. Not measured here: measuring runs the policy's predicates, and a
+/// run's close must stay as short as its statements.
+pub fn after_run(policy_id: i64) {
+    if let Err(e) = gauges::forget(policy_id) {
+        warning!("pg_retention: policy {policy_id}: its gauges were not marked stale: {e}");
+    }
+}
+
+/// Whether this transaction may keep measurements (a primary, not a read-only transaction).
+fn can_keep() -> bool {
+    // Safety: reading two backend-global flags.
+    unsafe { !pg_sys::RecoveryInProgress() && !pg_sys::XactReadOnly }
+}
+
+fn all_gauges() -> Result<Vec<Reported>> {
+    let started = Instant::now();
+    let keep = can_keep();
+    let mut out = Vec::new();
+    for kept in gauges::all()? {
+        if !kept.measurable {
+            continue;
+        }
+        let stale = kept.staleness.is_none_or(|s| s > STALE_AFTER.as_secs_f64());
+        let (candidate_age, rows) = if keep && stale && started.elapsed() < SCRAPE_BUDGET {
+            match refresh(kept.policy_id)? {
+                Some((oldest, rows)) => (age_of(oldest)?, rows),
+                None => continue,
+            }
+        } else if kept.staleness.is_some() {
+            (kept.candidate_age, kept.eligible_rows)
+        } else {
+            // Never measured yet: a later scrape will.
+            continue;
+        };
+        // The oldest candidate is deletable once it is older than the window.
+        let oldest_eligible_age = match (candidate_age, kept.window) {
+            (Some(age), Some(window)) if age > window => age,
+            _ => 0.0,
+        };
+        out.push((kept.policy_id, Some(oldest_eligible_age), rows));
+    }
+    Ok(out)
+}
+
+/// Seconds since `oldest` (now, the transaction's time).
+fn age_of(oldest: Option<TimestampWithTimeZone>) -> Result<Option<f64>> {
+    let Some(oldest) = oldest else {
+        return Ok(None);
+    };
+    Ok(Spi::get_one_with_args::<f64>(
+        "SELECT extract(epoch FROM now() - $1)::float8",
+        &[oldest.into()],
+    )?)
+}
+
+/// Every policy's gauges for `retention.metrics()`: the oldest deletable row's age (0 when none;
+/// absent for a policy without an age column, disabled, or never measured) and an archive
+/// policy's deletable rows.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _policy_gauges(policy_id: i64) -> pgrx::JsonB {
+fn _policy_gauges_all() -> TableIterator<
+    'static,
+    (
+        name!(policy_id, i64),
+        name!(oldest_eligible_age_seconds, Option<f64>),
+        name!(eligible_rows, Option<i64>),
+    ),
+> {
     crate::identity::refuse_restricted().or_report();
-    outcome(gauges(policy_id))
+    TableIterator::new(all_gauges().or_report())
 }

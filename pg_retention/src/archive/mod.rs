@@ -15,6 +15,7 @@ pub mod expiry;
 pub mod handover;
 mod leaf_drop;
 pub mod lease;
+pub mod namespace;
 pub mod prune;
 mod side_load;
 pub mod slice;
