@@ -1,7 +1,8 @@
 //! `sweep-orphans --older-than D [--apply]`: objects under the store prefix that nothing in the
 //! catalog references — no archive record (its slice and manifest), no live (claimed) batch
-//! (objects are named after their batch) — and that are older than D: debris of archivers
-//! that died between writing and pruning. By default it only reports; with `--apply` it reads
+//! (objects are named after their batch) — and that are older than D: objects of batches that
+//! never became archives (released: a refused prune, a lapsed lease, an archiver that gave up)
+//! and half-written uploads. By default it only reports; with `--apply` it reads
 //! the references again, deletes exactly the objects still unreferenced among those listed,
 //! and ledgers `orphan_object_sweep` with their count, bytes and keys. Only objects of this
 //! database's namespace (`crate::namespace`) with the shape of this product's objects

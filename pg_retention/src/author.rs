@@ -123,20 +123,13 @@ pub fn member_of(role: u32, of: u32) -> Result<bool> {
     )? == Some(true))
 }
 
-/// What a policy's owner needs on its table: SELECT and DELETE (the sweep reads and deletes as
-/// the owner), and for an archive policy UPDATE as well (a claim locks its rows `FOR UPDATE`,
-/// which PostgreSQL allows only to roles that may update them).
-pub fn privileges_needed(archive: bool) -> &'static [&'static str] {
-    if archive {
-        &["SELECT", "UPDATE", "DELETE"]
-    } else {
-        &["SELECT", "DELETE"]
-    }
-}
+/// What a policy's owner needs on its table, archive policies too: SELECT and DELETE (sweeps,
+/// claims and prunes read and delete as the owner; claims take no row locks, so no UPDATE).
+pub const PRIVILEGES_NEEDED: [&str; 2] = ["SELECT", "DELETE"];
 
-/// The first privilege of [`privileges_needed`] that `role` lacks on table `relation`.
-pub fn missing_privilege(role: u32, relation: u32, archive: bool) -> Result<Option<&'static str>> {
-    for &privilege in privileges_needed(archive) {
+/// The first privilege of [`PRIVILEGES_NEEDED`] that `role` lacks on table `relation`.
+pub fn missing_privilege(role: u32, relation: u32) -> Result<Option<&'static str>> {
+    for privilege in PRIVILEGES_NEEDED {
         let has = Spi::get_one_with_args::<bool>(
             "SELECT pg_catalog.has_table_privilege($1::bigint::oid, $2::bigint::oid, $3)",
             &[
@@ -156,15 +149,9 @@ pub fn missing_privilege(role: u32, relation: u32, archive: bool) -> Result<Opti
 
 /// Refuses (42501) when a policy's `owner` lost a privilege the policy runs with on its table
 /// `relation` (`table` names it): a policy runs with its owner's privileges or not at all.
-pub fn ensure_owner_privileges(
-    owner: u32,
-    relation: u32,
-    table: &str,
-    policy: &str,
-    archive: bool,
-) -> Result<()> {
+pub fn ensure_owner_privileges(owner: u32, relation: u32, table: &str, policy: &str) -> Result<()> {
     ensure_role_exists(owner)?;
-    match missing_privilege(owner, relation, archive)? {
+    match missing_privilege(owner, relation)? {
         None => Ok(()),
         Some(privilege) => Err(RetentionError::OwnerPrivilege {
             policy: policy.to_owned(),

@@ -297,9 +297,9 @@ impl Cluster {
 
     /// Grants, on every table now in schema `public` of `db` (call again after creating more):
     /// `app` SELECT, INSERT, UPDATE, DELETE and the use of the sequences (an application's
-    /// rights); `admin` SELECT, UPDATE and DELETE — what a policy's owner needs (docs/security.md:
-    /// SELECT and DELETE on the table and SELECT on the tables referencing it; archive policies
-    /// also UPDATE). Makes both roles if need be.
+    /// rights); `admin` SELECT and DELETE — exactly what a policy's owner needs, archive policies
+    /// included (docs/security.md: SELECT and DELETE on the table and SELECT on the tables
+    /// referencing it), so every test proves no more is needed. Makes both roles if need be.
     pub fn grant_app_and_admin(&self, db: &str) {
         self.app_role();
         self.login_role("admin", "retention_admin");
@@ -307,7 +307,7 @@ impl Cluster {
             .batch_execute(
                 "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO app;
                  GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO app;
-                 GRANT SELECT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO admin;",
+                 GRANT SELECT, DELETE ON ALL TABLES IN SCHEMA public TO admin;",
             )
             .unwrap_or_else(|e| panic!("grant app and admin on {db}.public: {e}"));
     }

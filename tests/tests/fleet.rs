@@ -38,6 +38,21 @@ fn populate(c: &Cluster, db: &str, tables: usize, rows: usize) {
     }
 }
 
+/// `db` with one policy over `rows` expired rows whose deletes each take 2 ms (a trigger made
+/// by the superuser), swept 50 rows a batch: a long backlog.
+fn backlog(c: &Cluster, db: &str, rows: usize) {
+    populate(c, db, 1, rows);
+    c.execute(
+        db,
+        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN PERFORM pg_sleep(0.002); RETURN OLD; END $$;
+         CREATE TRIGGER slow BEFORE DELETE ON t0 FOR EACH ROW EXECUTE FUNCTION slow();",
+    );
+    c.admin(db)
+        .batch_execute("SELECT retention.alter_policy('p0', batch_size => 50)")
+        .unwrap();
+}
+
 /// Rows left in the `tables` tables of `db` (as `admin`).
 fn rows_left(c: &Cluster, db: &str, tables: usize) -> i64 {
     let mut admin = c.admin(db);
@@ -182,18 +197,9 @@ fn a_database_with_a_long_backlog_does_not_starve_the_others() {
         "pg_retention.jitter = 0",
         "pg_retention.adaptive_pacing = off",
     ]);
-    // `big`: 3,000 expired rows whose deletes each take 2 ms (a trigger), 50 rows a batch:
-    // about six seconds of sweeping, so three or more visits.
-    populate(&c, "big", 1, 3000);
-    c.execute(
-        "big",
-        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN PERFORM pg_sleep(0.002); RETURN OLD; END $$;
-         CREATE TRIGGER slow BEFORE DELETE ON t0 FOR EACH ROW EXECUTE FUNCTION slow();",
-    );
-    c.admin("big")
-        .batch_execute("SELECT retention.alter_policy('p0', batch_size => 50)")
-        .unwrap();
+    // `big`: 3,000 expired rows at 2 ms a delete: about six seconds of sweeping, so three or
+    // more visits.
+    backlog(&c, "big", 3000);
     for db in ["s1", "s2", "s3"] {
         populate(&c, db, 2, 20);
     }
@@ -253,16 +259,7 @@ fn a_database_waiting_past_two_naptimes_is_unhealthy_and_shown_waiting() {
         "pg_retention.jitter = 0",
         "pg_retention.adaptive_pacing = off",
     ]);
-    populate(&c, "big", 1, 20_000);
-    c.execute(
-        "big",
-        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN PERFORM pg_sleep(0.002); RETURN OLD; END $$;
-         CREATE TRIGGER slow BEFORE DELETE ON t0 FOR EACH ROW EXECUTE FUNCTION slow();",
-    );
-    c.admin("big")
-        .batch_execute("SELECT retention.alter_policy('p0', batch_size => 50)")
-        .unwrap();
+    backlog(&c, "big", 20_000);
     populate(&c, "small", 1, 10);
     enable(&c);
     // While big holds the only worker for up to 8 s at a time, small waits: health() there

@@ -119,13 +119,13 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         });
     }
     let archive = spec.action == Action::ArchiveThenDelete;
-    if let Some(privilege) = crate::author::missing_privilege(caller_oid(), rel.oid, archive)? {
+    if let Some(privilege) = crate::author::missing_privilege(caller_oid(), rel.oid)? {
         return Err(RetentionError::Privilege {
             message: format!(
                 "permission denied to govern {}: {privilege} is missing",
                 rel.qualified
             ),
-            hint: "A policy runs with the privileges of the role that registers it, which needs SELECT and DELETE on the table (an archive policy UPDATE too: claims lock rows FOR UPDATE)."
+            hint: "A policy runs with the privileges of the role that registers it, which needs SELECT and DELETE on the table (archive policies too)."
                 .into(),
         });
     }
