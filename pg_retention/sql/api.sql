@@ -347,8 +347,7 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pg_retention worker_state'), hashtext(current_database()));
     SELECT * INTO prev FROM retention.worker_state w WHERE w.database = current_database();
     IF FOUND AND prev.state IN ('sweeping', 'paused') AND prev.pid IS DISTINCT FROM pg_backend_pid() THEN
-        IF EXISTS (SELECT 1 FROM pg_stat_activity a
-                    WHERE a.pid = prev.pid AND a.backend_type = 'pg_retention worker') THEN
+        IF retention._is_worker(prev.pid) THEN
             visiting := false;
             RETURN;
         END IF;
@@ -453,8 +452,7 @@ DECLARE
     -- (their defaults otherwise) so a managed host gets a report, not an error.
     preloaded boolean := retention._preloaded();
     enabled boolean := coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'on')::boolean;
-    listed text[] := string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ',');
-    served boolean := current_database()::text = ANY (listed) OR '*' = ANY (listed);
+    served boolean := retention._served();
     naptime interval := coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval;
     launcher boolean := EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_type = 'pg_retention launcher');
     -- Served is when the last visit ended, or one is under way; waiting past two naptimes
@@ -856,8 +854,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         UNION ALL SELECT 'pg_retention_worker_up', 0, jsonb_build_object('database', current_database()),
                          (EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_type = 'pg_retention launcher')
                           AND coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'off')::boolean
-                          AND (SELECT current_database()::text = ANY (l) OR '*' = ANY (l)
-                                 FROM string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ',') l)
+                          AND retention._served()
                           AND coalesce((SELECT bool_and(w.running OR w.last_visit_end IS NULL OR w.last_visit_end > clock_timestamp()
                                                         - 2 * coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval)
                                           FROM retention.workers w WHERE w.database = current_database()), true))::int::float8

@@ -819,7 +819,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_missing_archives_wrapper';
 
--- pg_retention/src/api/worker.rs:77
+-- pg_retention/src/api/worker.rs:92
 -- pg_retention::api::worker::_overdue
 CREATE OR REPLACE FUNCTION "_overdue"(
 	"policy_id" bigint, /* i64 */
@@ -843,7 +843,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_place_hold_wrapper';
 
--- pg_retention/src/api/metrics.rs:153
+-- pg_retention/src/api/metrics.rs:159
 -- pg_retention::api::metrics::_policy_gauges_all
 CREATE OR REPLACE FUNCTION "_policy_gauges_all"() RETURNS TABLE (
 	"policy_id" bigint,  /* i64 */
@@ -868,7 +868,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_predicate_problem_wrapper';
 
--- pg_retention/src/api/worker.rs:46
+-- pg_retention/src/api/worker.rs:61
 -- pg_retention::api::worker::_preloaded
 CREATE OR REPLACE FUNCTION "_preloaded"() RETURNS bool /* bool */
 STRICT SECURITY DEFINER
@@ -944,6 +944,14 @@ STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_pace_wrapper';
+
+-- pg_retention/src/api/worker.rs:30
+-- pg_retention::api::worker::_served
+CREATE OR REPLACE FUNCTION "_served"() RETURNS bool /* bool */
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_served_wrapper';
 
 -- pg_retention/src/api/policy.rs:354
 -- pg_retention::api::policy::_set_policy_state
@@ -1036,7 +1044,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_unregister_consumer_wrapper';
 
--- pg_retention/src/api/worker.rs:14
+-- pg_retention/src/api/worker.rs:39
 -- pg_retention::api::worker::_wake_launcher
 CREATE OR REPLACE FUNCTION "_wake_launcher"() RETURNS bool /* bool */
 STRICT SECURITY DEFINER
@@ -1482,8 +1490,7 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('pg_retention worker_state'), hashtext(current_database()));
     SELECT * INTO prev FROM retention.worker_state w WHERE w.database = current_database();
     IF FOUND AND prev.state IN ('sweeping', 'paused') AND prev.pid IS DISTINCT FROM pg_backend_pid() THEN
-        IF EXISTS (SELECT 1 FROM pg_stat_activity a
-                    WHERE a.pid = prev.pid AND a.backend_type = 'pg_retention worker') THEN
+        IF retention._is_worker(prev.pid) THEN
             visiting := false;
             RETURN;
         END IF;
@@ -1588,8 +1595,7 @@ DECLARE
     -- (their defaults otherwise) so a managed host gets a report, not an error.
     preloaded boolean := retention._preloaded();
     enabled boolean := coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'on')::boolean;
-    listed text[] := string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ',');
-    served boolean := current_database()::text = ANY (listed) OR '*' = ANY (listed);
+    served boolean := retention._served();
     naptime interval := coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval;
     launcher boolean := EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_type = 'pg_retention launcher');
     -- Served is when the last visit ended, or one is under way; waiting past two naptimes
@@ -1991,8 +1997,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
         UNION ALL SELECT 'pg_retention_worker_up', 0, jsonb_build_object('database', current_database()),
                          (EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_type = 'pg_retention launcher')
                           AND coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'off')::boolean
-                          AND (SELECT current_database()::text = ANY (l) OR '*' = ANY (l)
-                                 FROM string_to_array(replace(coalesce(current_setting('pg_retention.databases', true), ''), ' ', ''), ',') l)
+                          AND retention._served()
                           AND coalesce((SELECT bool_and(w.running OR w.last_visit_end IS NULL OR w.last_visit_end > clock_timestamp()
                                                         - 2 * coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval)
                                           FROM retention.workers w WHERE w.database = current_database()), true))::int::float8

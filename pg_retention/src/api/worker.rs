@@ -8,28 +8,43 @@ use crate::gucs;
 use crate::worker::board::{self, Request};
 use pgrx::prelude::*;
 
+/// This database's name.
+fn this_database() -> String {
+    // Safety: MyDatabaseId is set in every backend connected to a database.
+    let name = unsafe { pg_sys::get_database_name(pg_sys::MyDatabaseId) };
+    if name.is_null() {
+        return String::new();
+    }
+    // Safety: a palloc'd, NUL-terminated name.
+    unsafe { std::ffi::CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Whether `database` is one the workers serve: listed in `pg_retention.databases`, or `'*'`.
+fn served(database: &str) -> bool {
+    gucs::all_databases() || gucs::databases().iter().any(|d| d == database)
+}
+
+/// Whether this database is one the workers serve (`health()`, `pg_retention_worker_up`).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _served() -> bool {
+    served(&this_database())
+}
+
 /// Tells the launcher this database wants a visit now (`retention.wake()`). False, with a
 /// warning saying why, when no worker can come: not preloaded, disabled, the database not
 /// served, no launcher, or the launcher's board full.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
 fn _wake_launcher() -> bool {
-    // Safety: MyDatabaseId is set in every backend connected to a database.
-    let name = unsafe { pg_sys::get_database_name(pg_sys::MyDatabaseId) };
-    let database = if name.is_null() {
-        String::new()
-    } else {
-        // Safety: a palloc'd, NUL-terminated name.
-        unsafe { std::ffi::CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    let served = gucs::all_databases() || gucs::databases().contains(&database);
+    let database = this_database();
     let why = if !crate::worker::preloaded() {
         "pg_retention is not in shared_preload_libraries"
     } else if !gucs::enabled() {
         "pg_retention.enabled is off"
-    } else if !served {
+    } else if !served(&database) {
         "the database is not in pg_retention.databases"
     } else if board::launcher_pid().is_none() {
         "the pg_retention launcher is not running"
