@@ -9,7 +9,8 @@
 //!   deletable exactly once it is older than the window) until rows change;
 //! * a run's end marks its policy's measurement stale; a scrape measures the policies never
 //!   measured or stale, then the least recently measured of those older than [`STALE_AFTER`],
-//!   for at most [`SCRAPE_BUDGET`] (on a primary: a standby reads what was kept).
+//!   at least one and then for at most [`SCRAPE_BUDGET`] (on a primary: a standby reads what
+//!   was kept).
 
 use crate::catalog::{active_holds, gauges, Action, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
@@ -27,15 +28,20 @@ const STALE_AFTER: Duration = Duration::from_secs(300);
 /// How long one scrape spends measuring stale policies.
 const SCRAPE_BUDGET: Duration = Duration::from_millis(3);
 
-/// One measurement: the oldest candidate row's age-column value, and an archive policy's
-/// deletable rows. None for a policy without gauges (no age, disabled, gone).
-type Measured = Option<(Option<TimestampWithTimeZone>, Option<i64>)>;
+/// One measurement. None for a policy without gauges (no age, disabled, gone).
+struct Measured {
+    /// The oldest candidate row's age-column value, and its age now in seconds.
+    oldest: Option<TimestampWithTimeZone>,
+    oldest_age: Option<f64>,
+    /// An archive policy's deletable rows.
+    eligible_rows: Option<i64>,
+}
 
 /// A policy's gauges as metrics() reports them: its id, the oldest deletable row's age in
 /// seconds, an archive policy's deletable rows.
 type Reported = (i64, Option<f64>, Option<i64>);
 
-fn measure(policy_id: i64) -> Result<Measured> {
+fn measure(policy_id: i64) -> Result<Option<Measured>> {
     let Some(policy) = Policy::by_id(policy_id)? else {
         return Ok(None);
     };
@@ -52,9 +58,10 @@ fn measure(policy_id: i64) -> Result<Measured> {
     let condition = candidates.age_predicate(Guards::ALL);
     let table = &rel.qualified;
     let age = crate::sql_text::ident(age);
-    let oldest = candidates.as_owner(|| {
-        Ok(Spi::get_one::<TimestampWithTimeZone>(&format!(
-            "SELECT min(t.{age})::timestamptz FROM {table} t WHERE {condition}"
+    let (oldest, oldest_age) = candidates.as_owner(|| {
+        Ok(Spi::get_two::<TimestampWithTimeZone, f64>(&format!(
+            "SELECT o, extract(epoch FROM now() - o)::float8
+               FROM (SELECT min(t.{age})::timestamptz AS o FROM {table} t WHERE {condition}) m"
         ))?)
     })?;
     let eligible_rows = if policy.action == Action::ArchiveThenDelete {
@@ -68,17 +75,21 @@ fn measure(policy_id: i64) -> Result<Measured> {
     } else {
         None
     };
-    Ok(Some((oldest, eligible_rows)))
+    Ok(Some(Measured {
+        oldest,
+        oldest_age,
+        eligible_rows,
+    }))
 }
 
 /// Measures policy `policy_id` and keeps the result; a failure (a table its owner can no longer
 /// read, a table gone) is a warning and keeps nothing, so that one broken policy takes no
 /// metric or run with it (`retention.health()` flags it).
-fn refresh(policy_id: i64) -> Result<Measured> {
+fn refresh(policy_id: i64) -> Result<Option<Measured>> {
     let measured = subxact::or_error(|| {
         let measured = measure(policy_id)?;
-        if let Some((oldest, rows)) = measured {
-            gauges::keep(policy_id, oldest, rows)?;
+        if let Some(m) = &measured {
+            gauges::keep(policy_id, m.oldest, m.eligible_rows)?;
         }
         Ok(measured)
     })?;
@@ -107,25 +118,31 @@ fn can_keep() -> bool {
 }
 
 fn all_gauges() -> Result<Vec<Reported>> {
-    let started = Instant::now();
     let keep = can_keep();
+    let kept_all = gauges::all()?;
+    // The budget counts measuring only, and one stale policy is measured whatever the budget,
+    // so every scrape makes progress (a cold backend's first catalog reads can take it all).
+    let started = Instant::now();
+    let mut measured_one = false;
     let mut out = Vec::new();
-    for kept in gauges::all()? {
+    for kept in kept_all {
         if !kept.measurable {
             continue;
         }
         let stale = kept.staleness.is_none_or(|s| s > STALE_AFTER.as_secs_f64());
-        let (candidate_age, rows) = if keep && stale && started.elapsed() < SCRAPE_BUDGET {
-            match refresh(kept.policy_id)? {
-                Some((oldest, rows)) => (age_of(oldest)?, rows),
-                None => continue,
-            }
-        } else if kept.staleness.is_some() {
-            (kept.candidate_age, kept.eligible_rows)
-        } else {
-            // Never measured yet: a later scrape will.
-            continue;
-        };
+        let (candidate_age, rows) =
+            if keep && stale && (!measured_one || started.elapsed() < SCRAPE_BUDGET) {
+                measured_one = true;
+                match refresh(kept.policy_id)? {
+                    Some(m) => (m.oldest_age, m.eligible_rows),
+                    None => continue,
+                }
+            } else if kept.staleness.is_some() {
+                (kept.candidate_age, kept.eligible_rows)
+            } else {
+                // Never measured yet: a later scrape will.
+                continue;
+            };
         // The oldest candidate is deletable once it is older than the window.
         let oldest_eligible_age = match (candidate_age, kept.window) {
             (Some(age), Some(window)) if age > window => age,
@@ -134,17 +151,6 @@ fn all_gauges() -> Result<Vec<Reported>> {
         out.push((kept.policy_id, Some(oldest_eligible_age), rows));
     }
     Ok(out)
-}
-
-/// Seconds since `oldest` (now, the transaction's time).
-fn age_of(oldest: Option<TimestampWithTimeZone>) -> Result<Option<f64>> {
-    let Some(oldest) = oldest else {
-        return Ok(None);
-    };
-    Ok(Spi::get_one_with_args::<f64>(
-        "SELECT extract(epoch FROM now() - $1)::float8",
-        &[oldest.into()],
-    )?)
 }
 
 /// Every policy's gauges for `retention.metrics()`: the oldest deletable row's age (0 when none;
