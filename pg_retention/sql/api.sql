@@ -776,101 +776,15 @@ $fn$;
 
 -- ---- Metrics (docs/observability.md). ----
 
--- Every metric of the database, one row per sample: name, labels, value, help, type. The
--- definitions of every family live here; the archiver's /metrics (also in its metrics-only
--- mode) and the exporter queries in deploy/ read this. Labels come from closed sets (policy
--- names, reasons, the database): never keys, batch ids, digests or actors. Counters come from
--- retention.policy_counters (one row per policy whatever the ledger's size); the oldest
--- deletable row and an archive policy's backlog are measured in each table as its policy's
--- owner and kept between scrapes (retention._policy_gauges_all, api/metrics.rs).
+-- Every metric of the database, one row per sample: name, labels, value, help, type. Every
+-- family is named and described in api/metrics.rs; the archiver's /metrics (also in its
+-- metrics-only mode) and the exporter queries in deploy/ read this. Declared here, not by
+-- pgrx: it returns its rows in one call (materialize mode), kept in memory up to work_mem (about
+-- 5 MB at 1,000 policies).
 CREATE FUNCTION retention.metrics()
 RETURNS TABLE (name text, labels jsonb, value float8, help text, type text)
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    WITH p AS (
-        -- pl: the policy's labels, built once; ord: its place in every family.
-        SELECT p.id, p.name AS policy, p.action, p.enabled,
-               jsonb_build_object('policy', p.name) AS pl, row_number() OVER (ORDER BY p.name) AS ord,
-               extract(epoch FROM p.older_than)::float8 AS window_seconds,
-               coalesce(c.rows_deleted, 0) AS rows_pruned_total, coalesce(c.rows_archived, 0) AS rows_archived_total,
-               coalesce(c.bytes_archived, 0) AS bytes_archived_total, coalesce(c.batches, 0) AS batches_total,
-               coalesce(c.hold_skips, 0) AS hold_skips_total, coalesce(c.cap_hits, 0) AS cap_hits_total,
-               coalesce(c.partitions_dropped, 0) AS partitions_dropped_total,
-               coalesce(c.paused_seconds, 0)::float8 AS paused_seconds_total,
-               coalesce(c.errors, '{}') AS errors_total, c.backlog,
-               greatest(c.last_success_at, c.last_archive_at) AS last_success_at,
-               g.oldest_eligible_age_seconds, g.eligible_rows
-          -- The running totals by policy id, as retention.stats reads them (joined by id: a
-          -- join by name through that view is quadratic in the number of policies).
-          FROM retention.policies p
-          LEFT JOIN retention.policy_counters c ON c.policy_id = p.id
-          LEFT JOIN retention._policy_gauges_all() g ON g.policy_id = p.id),
-    f(name, type, help) AS (VALUES
-        ('pg_retention_policy_rows_deleted_total', 'counter', 'Rows deleted by the policy (batches and whole partitions).'),
-        ('pg_retention_policy_rows_archived_total', 'counter', 'Rows in the verified archives the policy''s deletes rest on.'),
-        ('pg_retention_policy_bytes_archived_total', 'counter', 'Bytes of the verified slices the policy''s deletes rest on.'),
-        ('pg_retention_policy_batches_total', 'counter', 'Delete batches of the policy.'),
-        ('pg_retention_policy_hold_skips_total', 'counter', 'Eligible rows kept by holds (or references) when a run or prune met them.'),
-        ('pg_retention_policy_cap_hits_total', 'counter', 'Runs that stopped at their row cap with eligible rows left.'),
-        ('pg_retention_policy_partitions_dropped_total', 'counter', 'Whole partitions dropped.'),
-        ('pg_retention_policy_paused_seconds_total', 'counter', 'Seconds sweeps waited (pacing: replicas, the WAL budget, adaptive pauses with their flush waits).'),
-        ('pg_retention_policy_errors_total', 'counter', 'Failed runs and batches, by reason.'),
-        ('pg_retention_policy_last_success_timestamp_seconds', 'gauge', 'Unix time of the last successful run or archived batch.'),
-        ('pg_retention_policy_backlog_rows', 'gauge', 'Deletable rows left: after the last run (delete policies), or now, counted up to 100000 (archive policies).'),
-        ('pg_retention_policy_oldest_eligible_age_seconds', 'gauge', 'Age of the oldest row the policy may delete now (0: none); beyond the window plus a grace, retention stalls.'),
-        ('pg_retention_policy_window_seconds', 'gauge', 'The policy''s older_than, in seconds.'),
-        ('pg_retention_policy_enabled', 'gauge', '1 when the policy is enabled.'),
-        ('pg_retention_worker_up', 'gauge', '1 while the database is served: the launcher runs, the database is listed, and it has not waited for a worker past two naptimes.'),
-        ('pg_retention_worker_last_cycle_timestamp_seconds', 'gauge', 'Unix time the worker last finished a cycle.'),
-        ('pg_retention_worker_naptime_seconds', 'gauge', 'pg_retention.naptime: the worker''s time between cycles.'),
-        ('pg_retention_erasure_supersessions_pending', 'gauge', 'Archives an erasure still has to rewrite.'),
-        ('pg_retention_archives_missing', 'gauge', 'Recorded, unexpired archives whose slice or manifest the last verify --all did not find or could not verify.'),
-        ('pg_retention_build_info', 'gauge', 'The extension''s version (always 1).')),
-    r(reason, i) AS (VALUES ('privilege', 1), ('conflict', 2), ('invalid', 3), ('archive_refused', 4),
-                            ('archive_failed', 5), ('lease_expired', 6), ('other', 7)),
-    -- Families in name order, samples by policy within each: a sort on small integers.
-    fo AS (SELECT f.name, f.type, f.help, row_number() OVER (ORDER BY f.name) AS ord FROM f),
-    -- k: the order of samples within a family (sorting by labels::text is far slower).
-    v(name, k, labels, value) AS (
-        SELECT 'pg_retention_policy_rows_deleted_total', ord * 8, pl, rows_pruned_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_rows_archived_total', ord * 8, pl, rows_archived_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_bytes_archived_total', ord * 8, pl, bytes_archived_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_batches_total', ord * 8, pl, batches_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_hold_skips_total', ord * 8, pl, hold_skips_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_cap_hits_total', ord * 8, pl, cap_hits_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_partitions_dropped_total', ord * 8, pl, partitions_dropped_total::float8 FROM p
-        UNION ALL SELECT 'pg_retention_policy_paused_seconds_total', ord * 8, pl, paused_seconds_total FROM p
-        UNION ALL SELECT 'pg_retention_policy_errors_total', p.ord * 8 + r.i, jsonb_build_object('policy', p.policy, 'reason', r.reason),
-                         coalesce((p.errors_total->>r.reason)::float8, 0) FROM p CROSS JOIN r
-        UNION ALL SELECT 'pg_retention_policy_last_success_timestamp_seconds', ord * 8, pl,
-                         extract(epoch FROM last_success_at)::float8 FROM p WHERE last_success_at IS NOT NULL
-        UNION ALL SELECT 'pg_retention_policy_backlog_rows', ord * 8, pl,
-                         CASE WHEN action = 'archive_then_delete' THEN eligible_rows::float8 ELSE backlog::float8 END
-                    FROM p WHERE CASE WHEN action = 'archive_then_delete' THEN eligible_rows ELSE backlog END IS NOT NULL
-        UNION ALL SELECT 'pg_retention_policy_oldest_eligible_age_seconds', ord * 8, pl,
-                         oldest_eligible_age_seconds FROM p WHERE oldest_eligible_age_seconds IS NOT NULL
-        UNION ALL SELECT 'pg_retention_policy_window_seconds', ord * 8, pl, window_seconds
-                    FROM p WHERE window_seconds IS NOT NULL
-        UNION ALL SELECT 'pg_retention_policy_enabled', ord * 8, pl, enabled::int::float8 FROM p
-        UNION ALL SELECT 'pg_retention_worker_up', 0, jsonb_build_object('database', current_database()),
-                         (EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_type = 'pg_retention launcher')
-                          AND coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'off')::boolean
-                          AND retention._served()
-                          AND coalesce((SELECT bool_and(w.running OR w.last_visit_end IS NULL OR w.last_visit_end > clock_timestamp()
-                                                        - 2 * coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval)
-                                          FROM retention.workers w WHERE w.database = current_database()), true))::int::float8
-        UNION ALL SELECT 'pg_retention_worker_last_cycle_timestamp_seconds', 0, jsonb_build_object('database', current_database()),
-                         extract(epoch FROM w.last_cycle_end)::float8
-                    FROM retention.workers w WHERE w.database = current_database() AND w.last_cycle_end IS NOT NULL
-        UNION ALL SELECT 'pg_retention_worker_naptime_seconds', 0, jsonb_build_object('database', current_database()),
-                         extract(epoch FROM coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval)::float8
-        UNION ALL SELECT 'pg_retention_erasure_supersessions_pending', 0, '{}'::jsonb,
-                         (SELECT count(*) FROM retention.supersessions s WHERE s.state IN ('pending', 'rewritten'))::float8
-        UNION ALL SELECT 'pg_retention_archives_missing', 0, '{}'::jsonb, m.n::float8
-                    FROM retention._missing_archives() m(n) WHERE m.n IS NOT NULL
-        UNION ALL SELECT 'pg_retention_build_info', 0, jsonb_build_object('version', retention.version()), 1)
-    SELECT v.name, v.labels, v.value, fo.help, fo.type FROM v JOIN fo ON fo.name = v.name
-     ORDER BY fo.ord, v.k
-$fn$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET work_mem = '32MB'
+AS 'MODULE_PATHNAME', 'retention_metrics';
 
 -- ---- Erasure (api/erasure.rs, engine/erase.rs) and archive supersession (archive/supersede.rs;
 -- the archiver's archiver/src/supersede.rs). ----

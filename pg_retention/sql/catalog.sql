@@ -237,8 +237,9 @@ CREATE TABLE retention.policy_counters (
 -- Per policy, what retention.metrics() reports of its table (api/metrics.rs), measured as the
 -- policy's owner and kept so a scrape reads one row per policy instead of every table: the
 -- age-column value of the oldest row the policy may delete now or once it is old enough (every
--- guard but the age bound), and an archive policy's deletable rows. Dropped (stale) after each
--- run, measured again by scrapes within a time budget. State, not history: not dumped.
+-- guard but the age bound), and an archive policy's deletable rows. Measured again at the end of
+-- each run and by scrapes within a time budget (api/table_gauges.rs). State, not history: not
+-- dumped.
 CREATE TABLE retention.policy_gauges (
     policy_id        bigint PRIMARY KEY,
     oldest_candidate timestamptz,

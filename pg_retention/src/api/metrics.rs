@@ -1,171 +1,605 @@
-//! What `retention.metrics()` (sql/api.sql, where every family is named and described) reports
-//! of a governed table itself: how old its oldest deletable row is — the signal that retention
-//! stalls — and, for an archive policy, how many rows are deletable now (no run records a
-//! backlog for it). Measured as the policy's owner, with every guard (holds, references, pins) a
-//! sweep applies, and kept (`retention.policy_gauges`), so a scrape costs one row per policy:
+//! `retention.metrics()`: every metric of the database, one row per sample (name, labels, value,
+//! help, type). Every family is named and described here, once; the archiver's /metrics (also
+//! in its metrics-only mode) and the exporter queries in deploy/ read this. Labels come from
+//! closed sets (policy names, reasons, the database): never keys, batch ids, digests or actors.
 //!
-//! * the oldest *candidate* is kept — the oldest row that passes every guard but the age bound
-//!   — so the oldest deletable row's age at any later moment follows from it (the candidate is
-//!   deletable exactly once it is older than the window) until rows change;
-//! * a run's end marks its policy's measurement stale; a scrape measures the policies never
-//!   measured or stale, then the least recently measured of those older than [`STALE_AFTER`],
-//!   at least one and then for at most [`SCRAPE_BUDGET`] (on a primary: a standby reads what
-//!   was kept).
+//! A scrape reads one row per policy (its running totals, `retention.policy_counters`, and its
+//! kept table gauges, api/table_gauges.rs) and one row for the database, then emits the samples
+//! in order — families by name, policies by name within each — so that nothing is sorted and
+//! each policy's labels are built once however many families carry them.
 
-use crate::catalog::{active_holds, gauges, Action, Policy, RelationInfo};
-use crate::engine::eligible::{Eligibility, Guards};
-use crate::error::{OrReport, Result};
-use crate::subxact;
-use pgrx::datum::TimestampWithTimeZone;
+use crate::api::table_gauges::{self, Found, Kept};
+use crate::error::{OrReport, Result, RetentionError};
 use pgrx::prelude::*;
-use std::time::{Duration, Instant};
 
-/// Deletable rows counted for an archive policy's backlog at most (a scrape stays cheap; the
-/// gauge reads "at least this many" when it is reached).
-const BACKLOG_CAP: i64 = 100_000;
-/// A kept measurement older than this is measured again by a scrape that has time left.
-const STALE_AFTER: Duration = Duration::from_secs(300);
-/// How long one scrape spends measuring stale policies.
-const SCRAPE_BUDGET: Duration = Duration::from_millis(3);
+/// Failure reasons of `pg_retention_policy_errors_total`, in the order a policy's samples list
+/// them (the keys of `retention.policy_counters.errors`).
+const REASONS: [&str; 7] = [
+    "privilege",
+    "conflict",
+    "invalid",
+    "archive_refused",
+    "archive_failed",
+    "lease_expired",
+    "other",
+];
 
-/// One measurement. None for a policy without gauges (no age, disabled, gone).
-struct Measured {
-    /// The oldest candidate row's age-column value, and its age now in seconds.
-    oldest: Option<TimestampWithTimeZone>,
-    oldest_age: Option<f64>,
-    /// An archive policy's deletable rows.
-    eligible_rows: Option<i64>,
+/// A policy's row as the scrape reads it.
+struct PolicyRow {
+    name: String,
+    labels: Labels,
+    archives: bool,
+    enabled: bool,
+    window_seconds: Option<f64>,
+    rows_deleted: f64,
+    rows_archived: f64,
+    bytes_archived: f64,
+    batches: f64,
+    hold_skips: f64,
+    cap_hits: f64,
+    partitions_dropped: f64,
+    paused_seconds: f64,
+    errors: [f64; REASONS.len()],
+    /// Deletable rows left after the last run (delete policies).
+    backlog: Option<f64>,
+    last_success: Option<f64>,
+    /// The kept table gauges (api/table_gauges.rs): the oldest deletable row's age in seconds
+    /// (0 when none) and an archive policy's deletable rows; None when never measured.
+    oldest_eligible_age: Option<f64>,
+    eligible_rows: Option<f64>,
 }
 
-/// A policy's gauges as metrics() reports them: its id, the oldest deletable row's age in
-/// seconds, an archive policy's deletable rows.
-type Reported = (i64, Option<f64>, Option<i64>);
-
-fn measure(policy_id: i64) -> Result<Option<Measured>> {
-    let Some(policy) = Policy::by_id(policy_id)? else {
-        return Ok(None);
-    };
-    if !policy.kind.by_age() || !policy.enabled {
-        return Ok(None);
-    }
-    let Some(age) = policy.age_column.as_deref() else {
-        return Ok(None);
-    };
-    let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
-    let holds = active_holds(rel.oid)?;
-    // Every guard but the age bound: the rows that are deletable now or will be with time.
-    let candidates = Eligibility::with_cutoff(&policy, &rel, &holds, "'infinity'")?;
-    let condition = candidates.age_predicate(Guards::ALL);
-    let table = &rel.qualified;
-    let age = crate::sql_text::ident(age);
-    let (oldest, oldest_age) = candidates.as_owner(|| {
-        Ok(Spi::get_two::<TimestampWithTimeZone, f64>(&format!(
-            "SELECT o, extract(epoch FROM now() - o)::float8
-               FROM (SELECT min(t.{age})::timestamptz AS o FROM {table} t WHERE {condition}) m"
-        ))?)
-    })?;
-    let eligible_rows = if policy.action == Action::ArchiveThenDelete {
-        let now = Eligibility::new(&policy, &rel, &holds)?;
-        let condition = now.age_predicate(Guards::ALL);
-        now.as_owner(|| {
-            Ok(Spi::get_one::<i64>(&format!(
-                "SELECT count(*) FROM (SELECT 1 FROM {table} t WHERE {condition} LIMIT {BACKLOG_CAP}) x"
-            ))?)
-        })?
-    } else {
-        None
-    };
-    Ok(Some(Measured {
-        oldest,
-        oldest_age,
-        eligible_rows,
-    }))
+/// The database's own samples.
+struct DatabaseRow {
+    name: String,
+    version: String,
+    worker_up: f64,
+    last_cycle: Option<f64>,
+    naptime_seconds: f64,
+    supersessions_pending: f64,
+    archives_missing: Option<f64>,
 }
 
-/// Measures policy `policy_id` and keeps the result; a failure (a table its owner can no longer
-/// read, a table gone) is a warning and keeps nothing, so that one broken policy takes no
-/// metric or run with it (`retention.health()` flags it).
-fn refresh(policy_id: i64) -> Result<Option<Measured>> {
-    let measured = subxact::or_error(|| {
-        let measured = measure(policy_id)?;
-        if let Some(m) = &measured {
-            gauges::keep(policy_id, m.oldest, m.eligible_rows)?;
+/// What a family's samples are.
+enum Samples {
+    /// One sample per policy (none where the function gives none), labelled by the policy.
+    Policy(fn(&PolicyRow) -> Option<f64>),
+    /// One sample per policy and failure reason.
+    PolicyErrors,
+    /// One sample for the database, with the labels [`Scope`] names.
+    Database(Scope, fn(&DatabaseRow) -> Option<f64>),
+}
+
+/// The labels of a database-wide sample.
+#[derive(Clone, Copy)]
+enum Scope {
+    None,
+    Database,
+    Version,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
         }
-        Ok(measured)
-    })?;
-    Ok(measured.unwrap_or_else(|failure| {
-        warning!(
-            "pg_retention: no gauges for policy {policy_id}: {}",
-            failure.message
-        );
-        None
-    }))
-}
-
-/// After a run: its policy's kept gauges are stale (the run changed its table), so the next
-/// scrape measures it first. Not measured here: measuring runs the policy's predicates, and a
-/// run's close must stay as short as its statements.
-pub fn after_run(policy_id: i64) {
-    if let Err(e) = gauges::forget(policy_id) {
-        warning!("pg_retention: policy {policy_id}: its gauges were not marked stale: {e}");
     }
 }
 
-/// Whether this transaction may keep measurements (a primary, not a read-only transaction).
-fn can_keep() -> bool {
-    // Safety: reading two backend-global flags.
-    unsafe { !pg_sys::RecoveryInProgress() && !pg_sys::XactReadOnly }
+struct Family {
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    samples: Samples,
 }
 
-fn all_gauges() -> Result<Vec<Reported>> {
-    let keep = can_keep();
-    let kept_all = gauges::all()?;
-    // The budget counts measuring only, and one stale policy is measured whatever the budget,
-    // so every scrape makes progress (a cold backend's first catalog reads can take it all).
-    let started = Instant::now();
-    let mut measured_one = false;
-    let mut out = Vec::new();
-    for kept in kept_all {
-        if !kept.measurable {
-            continue;
-        }
-        let stale = kept.staleness.is_none_or(|s| s > STALE_AFTER.as_secs_f64());
-        let (candidate_age, rows) =
-            if keep && stale && (!measured_one || started.elapsed() < SCRAPE_BUDGET) {
-                measured_one = true;
-                match refresh(kept.policy_id)? {
-                    Some(m) => (m.oldest_age, m.eligible_rows),
-                    None => continue,
-                }
-            } else if kept.staleness.is_some() {
-                (kept.candidate_age, kept.eligible_rows)
+/// Every family, in name order (a test holds the order).
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "pg_retention_archives_missing",
+        kind: Kind::Gauge,
+        help: "Recorded, unexpired archives whose slice or manifest the last verify --all did not find or could not verify.",
+        samples: Samples::Database(Scope::None, |d| d.archives_missing),
+    },
+    Family {
+        name: "pg_retention_build_info",
+        kind: Kind::Gauge,
+        help: "The extension's version (always 1).",
+        samples: Samples::Database(Scope::Version, |_| Some(1.0)),
+    },
+    Family {
+        name: "pg_retention_erasure_supersessions_pending",
+        kind: Kind::Gauge,
+        help: "Archives an erasure still has to rewrite.",
+        samples: Samples::Database(Scope::None, |d| Some(d.supersessions_pending)),
+    },
+    Family {
+        name: "pg_retention_policy_backlog_rows",
+        kind: Kind::Gauge,
+        help: "Deletable rows left: after the last run (delete policies), or now, counted up to 100000 (archive policies).",
+        samples: Samples::Policy(|p| {
+            if p.archives {
+                p.eligible_rows
             } else {
-                // Never measured yet: a later scrape will.
-                continue;
-            };
-        // The oldest candidate is deletable once it is older than the window.
-        let oldest_eligible_age = match (candidate_age, kept.window) {
-            (Some(age), Some(window)) if age > window => age,
-            _ => 0.0,
+                p.backlog
+            }
+        }),
+    },
+    Family {
+        name: "pg_retention_policy_batches_total",
+        kind: Kind::Counter,
+        help: "Delete batches of the policy.",
+        samples: Samples::Policy(|p| Some(p.batches)),
+    },
+    Family {
+        name: "pg_retention_policy_bytes_archived_total",
+        kind: Kind::Counter,
+        help: "Bytes of the verified slices the policy's deletes rest on.",
+        samples: Samples::Policy(|p| Some(p.bytes_archived)),
+    },
+    Family {
+        name: "pg_retention_policy_cap_hits_total",
+        kind: Kind::Counter,
+        help: "Runs that stopped at their row cap with eligible rows left.",
+        samples: Samples::Policy(|p| Some(p.cap_hits)),
+    },
+    Family {
+        name: "pg_retention_policy_enabled",
+        kind: Kind::Gauge,
+        help: "1 when the policy is enabled.",
+        samples: Samples::Policy(|p| Some(if p.enabled { 1.0 } else { 0.0 })),
+    },
+    Family {
+        name: "pg_retention_policy_errors_total",
+        kind: Kind::Counter,
+        help: "Failed runs and batches, by reason.",
+        samples: Samples::PolicyErrors,
+    },
+    Family {
+        name: "pg_retention_policy_hold_skips_total",
+        kind: Kind::Counter,
+        help: "Eligible rows kept by holds (or references) when a run or prune met them.",
+        samples: Samples::Policy(|p| Some(p.hold_skips)),
+    },
+    Family {
+        name: "pg_retention_policy_last_success_timestamp_seconds",
+        kind: Kind::Gauge,
+        help: "Unix time of the last successful run or archived batch.",
+        samples: Samples::Policy(|p| p.last_success),
+    },
+    Family {
+        name: "pg_retention_policy_oldest_eligible_age_seconds",
+        kind: Kind::Gauge,
+        help: "Age of the oldest row the policy may delete now (0: none); beyond the window plus a grace, retention stalls.",
+        samples: Samples::Policy(|p| p.oldest_eligible_age),
+    },
+    Family {
+        name: "pg_retention_policy_partitions_dropped_total",
+        kind: Kind::Counter,
+        help: "Whole partitions dropped.",
+        samples: Samples::Policy(|p| Some(p.partitions_dropped)),
+    },
+    Family {
+        name: "pg_retention_policy_paused_seconds_total",
+        kind: Kind::Counter,
+        help: "Seconds sweeps waited (pacing: replicas, the WAL budget, adaptive pauses with their flush waits).",
+        samples: Samples::Policy(|p| Some(p.paused_seconds)),
+    },
+    Family {
+        name: "pg_retention_policy_rows_archived_total",
+        kind: Kind::Counter,
+        help: "Rows in the verified archives the policy's deletes rest on.",
+        samples: Samples::Policy(|p| Some(p.rows_archived)),
+    },
+    Family {
+        name: "pg_retention_policy_rows_deleted_total",
+        kind: Kind::Counter,
+        help: "Rows deleted by the policy (batches and whole partitions).",
+        samples: Samples::Policy(|p| Some(p.rows_deleted)),
+    },
+    Family {
+        name: "pg_retention_policy_window_seconds",
+        kind: Kind::Gauge,
+        help: "The policy's older_than, in seconds.",
+        samples: Samples::Policy(|p| p.window_seconds),
+    },
+    Family {
+        name: "pg_retention_worker_last_cycle_timestamp_seconds",
+        kind: Kind::Gauge,
+        help: "Unix time the worker last finished a cycle.",
+        samples: Samples::Database(Scope::Database, |d| d.last_cycle),
+    },
+    Family {
+        name: "pg_retention_worker_naptime_seconds",
+        kind: Kind::Gauge,
+        help: "pg_retention.naptime: the worker's time between cycles.",
+        samples: Samples::Database(Scope::Database, |d| Some(d.naptime_seconds)),
+    },
+    Family {
+        name: "pg_retention_worker_up",
+        kind: Kind::Gauge,
+        help: "1 while the database is served: the launcher runs, the database is listed, and it has not waited for a worker past two naptimes.",
+        samples: Samples::Database(Scope::Database, |d| Some(d.worker_up)),
+    },
+];
+
+/// A jsonb value, built once per label set and written into as many rows as carry it.
+#[derive(Clone, Copy)]
+struct Labels(pg_sys::Datum);
+
+impl Labels {
+    /// `object` as jsonb, its keys and values strings: the bytes `jsonb_build_object` would
+    /// build (a test compares them), written directly, since a scrape builds one label set per
+    /// policy and failure reason.
+    fn of(object: &[(&str, &str)]) -> Result<Labels> {
+        let bytes = jsonb_object(object)
+            .ok_or_else(|| RetentionError::Internal("metrics labels too long".into()))?;
+        // Safety: a palloc'd copy of a complete varlena (its header written by jsonb_object).
+        unsafe {
+            let datum = pg_sys::palloc(bytes.len()).cast::<u8>();
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), datum, bytes.len());
+            Ok(Labels(pg_sys::Datum::from(datum)))
+        }
+    }
+}
+
+/// The on-disk jsonb of an object whose keys and values are strings (PostgreSQL's
+/// jsonb_util.c, convertToJsonb): a 4-byte varlena header, the container header (the pair
+/// count and the object flag), one entry per key then per value (its length; every 32nd its end
+/// offset instead, flagged), then the keys' and the values' bytes. Keys sorted by length, then
+/// bytes, as jsonb orders them; None past jsonb's size limits.
+fn jsonb_object(object: &[(&str, &str)]) -> Option<Vec<u8>> {
+    const OBJECT: u32 = 0x2000_0000;
+    const HAS_OFFSET: u32 = 0x8000_0000;
+    const OFFSET_STRIDE: usize = 32;
+    const MAX_LENGTH: usize = 0x0FFF_FFFF;
+    // A key given twice keeps its last value, as in jsonb_build_object.
+    let mut pairs: Vec<_> = object.iter().rev().copied().collect();
+    pairs.sort_by(|a, b| (a.0.len(), a.0.as_bytes()).cmp(&(b.0.len(), b.0.as_bytes())));
+    pairs.dedup_by(|a, b| a.0 == b.0);
+    let strings: Vec<&str> = pairs
+        .iter()
+        .map(|p| p.0)
+        .chain(pairs.iter().map(|p| p.1))
+        .collect();
+    let data: usize = strings.iter().map(|s| s.len()).sum();
+    let size = 4 + 4 + 4 * strings.len() + data;
+    if data > MAX_LENGTH || size > 0x3FFF_FFFF {
+        return None;
+    }
+    let mut out = Vec::with_capacity(size);
+    // A 4-byte varlena header on a little- or big-endian machine (SET_VARSIZE).
+    let header = if cfg!(target_endian = "little") {
+        (size as u32) << 2
+    } else {
+        size as u32 & 0x3FFF_FFFF
+    };
+    out.extend_from_slice(&header.to_ne_bytes());
+    out.extend_from_slice(&(pairs.len() as u32 | OBJECT).to_ne_bytes());
+    let mut end = 0;
+    for (i, s) in strings.iter().enumerate() {
+        end += s.len();
+        let entry = if i % OFFSET_STRIDE == 0 {
+            end as u32 | HAS_OFFSET
+        } else {
+            s.len() as u32
         };
-        out.push((kept.policy_id, Some(oldest_eligible_age), rows));
+        out.extend_from_slice(&entry.to_ne_bytes());
+    }
+    for s in &strings {
+        out.extend_from_slice(s.as_bytes());
+    }
+    Some(out)
+}
+
+type Sample = (&'static str, Labels, f64, &'static str, &'static str);
+
+/// The running totals of a policy as the scrape reads them, in [`PolicyRow`]'s order, then its
+/// failures by reason in [`REASONS`]' order.
+const TOTALS: &str =
+    "coalesce(c.rows_deleted, 0), coalesce(c.rows_archived, 0), coalesce(c.bytes_archived, 0),
+                      coalesce(c.batches, 0), coalesce(c.hold_skips, 0), coalesce(c.cap_hits, 0),
+                      coalesce(c.partitions_dropped, 0), coalesce(c.paused_seconds, 0)";
+
+fn policies() -> Result<Vec<PolicyRow>> {
+    let reasons = REASONS
+        .iter()
+        .map(|r| format!("coalesce((c.errors->>'{r}')::float8, 0)"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rows = Spi::connect(|client| {
+        client
+            .select(
+                &format!(
+                    "SELECT p.id, p.name, p.action = 'archive_then_delete', p.enabled,
+                            p.enabled AND p.kind IN ('age', 'unreferenced', 'orphan') AND p.age_column IS NOT NULL,
+                            ARRAY[extract(epoch FROM p.older_than), c.backlog,
+                                  extract(epoch FROM greatest(c.last_success_at, c.last_archive_at)),
+                                  extract(epoch FROM clock_timestamp() - g.measured_at),
+                                  extract(epoch FROM g.oldest_candidate), g.eligible_rows,
+                                  extract(epoch FROM now())]::float8[],
+                            ARRAY[{TOTALS}, {reasons}]::float8[],
+                            g.policy_id IS NOT NULL
+                       FROM retention.policies p
+                       LEFT JOIN retention.policy_counters c ON c.policy_id = p.id
+                       LEFT JOIN retention.policy_gauges g ON g.policy_id = p.id
+                      ORDER BY p.name"
+                ),
+                None,
+                &[],
+            )?
+            .map(|row| {
+                Ok((
+                    row.get::<i64>(1)?.unwrap_or_default(),
+                    row.get::<String>(2)?.unwrap_or_default(),
+                    [
+                        row.get::<bool>(3)?.unwrap_or(false),
+                        row.get::<bool>(4)?.unwrap_or(false),
+                        row.get::<bool>(5)?.unwrap_or(false),
+                        row.get::<bool>(8)?.unwrap_or(false),
+                    ],
+                    row.get::<Vec<Option<f64>>>(6)?.unwrap_or_default(),
+                    row.get::<Vec<f64>>(7)?.unwrap_or_default(),
+                ))
+            })
+            .collect::<std::result::Result<Vec<_>, pgrx::spi::SpiError>>()
+    })?;
+    let at = |v: &[Option<f64>], i: usize| v.get(i).copied().flatten();
+    let mut found: Vec<Found> = rows
+        .iter()
+        .map(|(id, _, [_, _, measurable, kept], figures, _)| Found {
+            policy_id: *id,
+            measurable: *measurable,
+            kept: kept.then(|| Kept {
+                oldest_candidate: at(figures, 4),
+                eligible_rows: at(figures, 5).map(|n| n as i64),
+            }),
+            measured_ago: at(figures, 3),
+        })
+        .collect();
+    table_gauges::refresh_stale(&mut found)?;
+    rows.into_iter()
+        .zip(found)
+        .map(
+            |((_, name, [archives, enabled, _, _], figures, totals), found)| {
+                let total = |i: usize| totals.get(i).copied().unwrap_or(0.0);
+                let mut errors = [0.0; REASONS.len()];
+                for (i, e) in errors.iter_mut().enumerate() {
+                    *e = total(8 + i);
+                }
+                let window_seconds = at(&figures, 0);
+                let kept = found.kept.filter(|_| found.measurable);
+                // The oldest candidate is deletable once older than the window (0: none).
+                let oldest_eligible_age =
+                    kept.map(
+                        |k| match (at(&figures, 6), k.oldest_candidate, window_seconds) {
+                            (Some(now), Some(oldest), Some(window)) if now - oldest > window => {
+                                now - oldest
+                            }
+                            _ => 0.0,
+                        },
+                    );
+                Ok(PolicyRow {
+                    labels: Labels::of(&[("policy", &name)])?,
+                    name,
+                    archives,
+                    enabled,
+                    window_seconds,
+                    rows_deleted: total(0),
+                    rows_archived: total(1),
+                    bytes_archived: total(2),
+                    batches: total(3),
+                    hold_skips: total(4),
+                    cap_hits: total(5),
+                    partitions_dropped: total(6),
+                    paused_seconds: total(7),
+                    errors,
+                    backlog: at(&figures, 1),
+                    last_success: at(&figures, 2),
+                    oldest_eligible_age,
+                    eligible_rows: kept.and_then(|k| k.eligible_rows).map(|n| n as f64),
+                })
+            },
+        )
+        .collect()
+}
+
+fn database() -> Result<DatabaseRow> {
+    Spi::connect(|client| {
+        let row = client
+            .select(
+                "WITH w AS (SELECT * FROM retention.workers w WHERE w.database = current_database()),
+                      n AS (SELECT coalesce(nullif(current_setting('pg_retention.naptime', true), ''), '1h')::interval AS naptime)
+                 SELECT current_database()::text, retention.version(),
+                        (EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.backend_type = 'pg_retention launcher')
+                         AND coalesce(nullif(current_setting('pg_retention.enabled', true), ''), 'off')::boolean
+                         AND retention._served()
+                         AND coalesce((SELECT bool_and(w.running OR w.last_visit_end IS NULL
+                                                       OR w.last_visit_end > clock_timestamp() - 2 * n.naptime)
+                                         FROM w), true))::int::float8,
+                        (SELECT max(extract(epoch FROM w.last_cycle_end))::float8 FROM w),
+                        extract(epoch FROM n.naptime)::float8,
+                        (SELECT count(*) FROM retention.supersessions s WHERE s.state IN ('pending', 'rewritten'))::float8,
+                        retention._missing_archives()::float8
+                   FROM n",
+                None,
+                &[],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::SpiError>(DatabaseRow {
+            name: row.get::<String>(1)?.unwrap_or_default(),
+            version: row.get::<String>(2)?.unwrap_or_default(),
+            worker_up: row.get::<f64>(3)?.unwrap_or(0.0),
+            last_cycle: row.get::<f64>(4)?,
+            naptime_seconds: row.get::<f64>(5)?.unwrap_or(0.0),
+            supersessions_pending: row.get::<f64>(6)?.unwrap_or(0.0),
+            archives_missing: row.get::<f64>(7)?,
+        })
+    })
+    .map_err(RetentionError::from)
+}
+
+fn samples() -> Result<Vec<Sample>> {
+    let policies = policies()?;
+    let db = database()?;
+    let none = Labels::of(&[])?;
+    let database = Labels::of(&[("database", &db.name)])?;
+    let version = Labels::of(&[("version", &db.version)])?;
+    // Built only when some policy exists: one label set per policy and reason.
+    let mut error_labels = Vec::with_capacity(policies.len() * REASONS.len());
+    for p in &policies {
+        for reason in REASONS {
+            error_labels.push(Labels::of(&[("policy", &p.name), ("reason", reason)])?);
+        }
+    }
+    let mut out = Vec::with_capacity(policies.len() * FAMILIES.len() + error_labels.len());
+    for f in FAMILIES {
+        let kind = f.kind.as_str();
+        match &f.samples {
+            Samples::Policy(value) => out.extend(
+                policies
+                    .iter()
+                    .filter_map(|p| value(p).map(|v| (f.name, p.labels, v, f.help, kind))),
+            ),
+            Samples::PolicyErrors => {
+                for (p, labels) in policies.iter().zip(error_labels.chunks(REASONS.len())) {
+                    out.extend(
+                        labels
+                            .iter()
+                            .zip(p.errors)
+                            .map(|(l, v)| (f.name, *l, v, f.help, kind)),
+                    );
+                }
+            }
+            Samples::Database(scope, value) => {
+                let labels = match scope {
+                    Scope::None => none,
+                    Scope::Database => database,
+                    Scope::Version => version,
+                };
+                out.extend(value(&db).map(|v| (f.name, labels, v, f.help, kind)));
+            }
+        }
     }
     Ok(out)
 }
 
-/// Every policy's gauges for `retention.metrics()`: the oldest deletable row's age (0 when none;
-/// absent for a policy without an age column, disabled, or never measured) and an archive
-/// policy's deletable rows.
-#[pg_extern(security_definer)]
-#[search_path(pg_catalog, pg_temp)]
-fn _policy_gauges_all() -> TableIterator<
-    'static,
-    (
-        name!(policy_id, i64),
-        name!(oldest_eligible_age_seconds, Option<f64>),
-        name!(eligible_rows, Option<i64>),
-    ),
-> {
+/// A family's name, help and type as text, built once for all its rows.
+fn text(value: &str) -> pg_sys::Datum {
+    // Safety: copies `value` into a palloc'd text of the current memory context.
+    unsafe {
+        pg_sys::Datum::from(pg_sys::cstring_to_text_with_len(
+            value.as_ptr().cast(),
+            value.len() as i32,
+        ))
+    }
+}
+
+/// The calling convention record of `retention.metrics()` (declared in sql/api.sql).
+static FINFO: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+
+/// Calling convention of `retention.metrics()`.
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_retention_metrics() -> &'static pg_sys::Pg_finfo_record {
+    &FINFO
+}
+
+/// `retention.metrics()`: every metric of the database, one row per sample
+/// (docs/observability.md). A set-returning function in materialize mode, written by hand
+/// because it is called once per scrape: called once per row, as value-per-call functions are,
+/// a SECURITY DEFINER function with a pinned search_path would set and restore its settings for
+/// every one of its twenty thousand rows at a thousand policies.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn retention_metrics(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     crate::identity::refuse_restricted().or_report();
-    TableIterator::new(all_gauges().or_report())
+    let samples = samples().or_report();
+    // Safety: called by the executor as a set-returning function of five columns (api.sql):
+    // InitMaterializedSRF checks that materialize mode is allowed and sets up the tuple store
+    // and its descriptor, which tuplestore_putvalues copies each row into.
+    unsafe {
+        pg_sys::InitMaterializedSRF(fcinfo, 0);
+        let rsinfo = (*fcinfo).resultinfo.cast::<pg_sys::ReturnSetInfo>();
+        let (store, desc) = ((*rsinfo).setResult, (*rsinfo).setDesc);
+        let mut family = "";
+        let mut texts = [pg_sys::Datum::from(0); 3];
+        let mut nulls = [false; 5];
+        for (name, labels, value, help, kind) in samples {
+            if name != family {
+                family = name;
+                texts = [text(name), text(help), text(kind)];
+            }
+            let mut values = [
+                texts[0],
+                labels.0,
+                value.into_datum().unwrap_or(pg_sys::Datum::from(0)),
+                texts[1],
+                texts[2],
+            ];
+            pg_sys::tuplestore_putvalues(store, desc, values.as_mut_ptr(), nulls.as_mut_ptr());
+        }
+    }
+    pg_sys::Datum::from(0)
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use super::{Labels, FAMILIES};
+    use pgrx::prelude::*;
+    use pgrx::FromDatum;
+
+    #[pg_test]
+    fn labels_are_the_jsonb_postgres_builds() {
+        let cases: &[&[(&str, &str)]] = &[
+            &[],
+            &[("policy", "p0")],
+            &[("reason", "other"), ("policy", "a \"quoted\" \\ name ü 雪")],
+            &[("database", "")],
+            &[("a", "1"), ("bb", "2"), ("a", "3")],
+        ];
+        for object in cases {
+            let Labels(ours) = Labels::of(object).unwrap();
+            // PostgreSQL's own build of the same object, from its text.
+            let mut expected = serde_json::Map::new();
+            for (k, v) in object.iter() {
+                expected.insert((*k).to_owned(), serde_json::Value::from(*v));
+            }
+            let text =
+                std::ffi::CString::new(serde_json::Value::Object(expected.clone()).to_string())
+                    .unwrap();
+            // Safety: jsonb_in of a NUL-terminated string; both Datums are untoasted varlenas
+            // with 4-byte headers, read for their own sizes.
+            unsafe {
+                let theirs = pgrx::direct_function_call_as_datum(
+                    pg_sys::jsonb_in,
+                    &[Some(text.as_ptr().into())],
+                )
+                .unwrap();
+                let bytes = |d: pg_sys::Datum| {
+                    let p = d.cast_mut_ptr::<pg_sys::varlena>();
+                    std::slice::from_raw_parts(p.cast::<u8>(), pgrx::varsize_any(p))
+                };
+                assert_eq!(bytes(ours), bytes(theirs), "{object:?}");
+                let decoded = pgrx::JsonB::from_datum(ours, false).unwrap();
+                assert_eq!(decoded.0, serde_json::Value::Object(expected), "{object:?}");
+            }
+        }
+    }
+
+    #[pg_test]
+    fn families_are_listed_in_name_order_once() {
+        let names: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(names, sorted);
+    }
 }

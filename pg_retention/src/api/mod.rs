@@ -11,5 +11,6 @@ pub mod metrics;
 pub mod policy;
 pub mod preview;
 pub mod sweep;
+pub mod table_gauges;
 pub mod version;
 pub mod worker;

@@ -266,7 +266,7 @@ fn end(token: u64, contained: bool) -> Result<pgrx::JsonB> {
         }
     };
     unlock(policy_id)?;
-    crate::api::metrics::after_run(policy_id);
+    crate::api::table_gauges::after_run(policy_id);
     view(&closed)
 }
 
