@@ -755,7 +755,31 @@ pub async fn apply(
     });
     match stopped {
         None => {
-            record(&db, operation_id, "completed", &deleted, detail, actor).await?;
+            match record(
+                &db,
+                operation_id,
+                "completed",
+                &deleted,
+                detail.clone(),
+                actor,
+            )
+            .await
+            {
+                // An archive's object now is a rewrite this operation did not delete (an
+                // erasure's supersession recorded since the plan): the archives are not
+                // expired. The keys deleted are ledgered; a new plan names the objects now.
+                Err(Error::Db(e)) if e.code().is_some_and(|c| c.code() == "RT504") => {
+                    let reason = e
+                        .as_db_error()
+                        .map_or_else(|| e.to_string(), |d| d.message().to_owned());
+                    let mut detail = detail;
+                    detail["reason"] = serde_json::Value::String(reason.clone());
+                    record(&db, operation_id, "refused", &deleted, detail, actor).await?;
+                    println!("refused: {reason}; plan again");
+                    return Ok(Exit::Refused);
+                }
+                other => other?,
+            }
             println!(
                 "completed: {} archives expired, {} keys deleted",
                 plan.archive_ids().len(),

@@ -8,7 +8,8 @@
 //! 3. write the slice without those rows, and a manifest whose `supersedes` is the BLAKE3 of the
 //!    one it replaces, under the key the index mints for the supersession (create-only);
 //! 4. read both back and verify them;
-//! 5. record the rewrite: from now on it is the archive's object;
+//! 5. record the rewrite: from now on it is the archive's object (refused when the archive
+//!    expired meanwhile: the rewrite is then deleted, and the supersession is unaffected);
 //! 6. delete the replaced slice and manifest, and say so (ledgered `supersede`).
 //!
 //! Each step starts only after the one before it succeeded, and the index moves only at 5 and
@@ -177,9 +178,12 @@ async fn one(ctx: &Context, s: &Open) -> Result<Superseded> {
             reason: "the manifest read back differs".into(),
         });
     }
-    // 5. Record.
+    // 5. Record. Refused (RT504) when an expire operation marked the archive expired since it
+    // was listed: its objects are deleted, the erased rows with them, and the rewrite is
+    // nobody's object. It goes, and the supersession is unaffected.
     let supersedes = next.supersedes.unwrap_or_default();
-    ctx.db
+    let recorded = ctx
+        .db
         .supersession_rewritten(
             s.id,
             &s.object_key,
@@ -189,7 +193,22 @@ async fn one(ctx: &Context, s: &Open) -> Result<Superseded> {
             bytes,
             &supersedes,
         )
-        .await?;
+        .await;
+    if let Err(Error::Db(e)) = &recorded {
+        if e.code().is_some_and(|c| c.code() == "RT504") {
+            tracing::warn!(
+                supersession = s.id,
+                archive = s.archive_id,
+                "the archive expired while it was rewritten; the rewrite is deleted"
+            );
+            ctx.store.delete(&[skey, mkey]).await?;
+            ctx.db
+                .supersession_unaffected(s.id, "the archive's objects expired")
+                .await?;
+            return Ok(Superseded::Unaffected);
+        }
+    }
+    recorded?;
     fault::point("supersede-after-record");
     tracing::info!(
         supersession = s.id,

@@ -65,7 +65,8 @@ CREATE FUNCTION retention.add_policy(
     archive_keep interval DEFAULT NULL,
     lease_table regclass DEFAULT NULL,
     lease_key text[] DEFAULT NULL,
-    lease_expiry text DEFAULT NULL
+    lease_expiry text DEFAULT NULL,
+    search_path text[] DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -75,7 +76,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run,
         'keep_floor', keep_floor, 'window_floor', window_floor::text,
         'archive_keep', archive_keep::text, 'lease_table', lease_table::oid::bigint,
-        'lease_key', lease_key, 'lease_expiry', lease_expiry)))::bigint;
+        'lease_key', lease_key, 'lease_expiry', lease_expiry, 'search_path', search_path)))::bigint;
 $fn$;
 
 CREATE FUNCTION retention.alter_policy(
@@ -97,7 +98,8 @@ CREATE FUNCTION retention.alter_policy(
     archive_keep interval DEFAULT NULL,
     lease_table regclass DEFAULT NULL,
     lease_key text[] DEFAULT NULL,
-    lease_expiry text DEFAULT NULL
+    lease_expiry text DEFAULT NULL,
+    search_path text[] DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -106,7 +108,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'keep', keep, 'min_keep', min_keep, 'action', action, 'batch_size', batch_size,
         'max_rows_per_run', max_rows_per_run, 'keep_floor', keep_floor,
         'window_floor', window_floor::text, 'archive_keep', archive_keep::text,
-        'lease_table', lease_table::oid::bigint, 'lease_key', lease_key, 'lease_expiry', lease_expiry)))::bigint;
+        'lease_table', lease_table::oid::bigint, 'lease_key', lease_key, 'lease_expiry', lease_expiry,
+        'search_path', search_path)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -462,6 +465,7 @@ DECLARE
     last_run record;
     overdue text;
     skips bigint;
+    run_detail jsonb;
 BEGIN
     FOR p IN SELECT * FROM retention.policies ORDER BY name LOOP
         r := '{}';
@@ -489,6 +493,14 @@ BEGIN
                 r := array_append(r, ('last run failed: ' || coalesce((SELECT s.last_error FROM retention.stats s WHERE s.policy = p.name), 'error')));
             ELSIF last_run.outcome = 'cap' THEN
                 r := array_append(r, 'run cap hit in the last run');
+            ELSE
+                -- A backlog that foreign keys keep whole (engine/references.rs).
+                run_detail := (SELECT l.detail FROM retention.ledger_entries l
+                                WHERE l.policy_id = p.id AND l.method = 'run' ORDER BY l.id DESC LIMIT 1);
+                IF (run_detail->>'deleted')::bigint = 0 AND coalesce((run_detail->>'referenced')::bigint, 0) > 0 THEN
+                    r := array_append(r, format('its last run deleted nothing: all %s eligible rows are kept by rows that reference them through foreign keys (NO ACTION or RESTRICT, or a cascade that would reach a held row)',
+                                                run_detail->>'referenced'));
+                END IF;
             END IF;
             IF EXISTS (SELECT 1 FROM retention.worker_state w
                         WHERE w.database = current_database() AND w.state = 'paused' AND w.current_policy = p.name
@@ -734,12 +746,17 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
       FROM retention._expire_prepared(operation) p WHERE p.id IS NOT NULL
 $fn$;
 
--- Ledgers one apply of an expire operation; a completed one marks its archives expired.
+-- Ledgers one apply of an expire operation; a completed one marks its archives expired. An
+-- archive is marked expired only when its object now is among the keys the operation deleted
+-- (this apply's or an earlier one's): a rewrite recorded for it since the plan (an erasure's
+-- supersession) refuses the completion (RT504), and the apply is then recorded refused.
 CREATE FUNCTION retention.expire_record(operation uuid, outcome text, deleted_keys text[], detail jsonb, actor text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     prepared retention.ledger_entries := retention._expire_prepared(operation);
+    archive_ids bigint[];
+    kept bigint[];
 BEGIN
     IF outcome IS NULL OR outcome NOT IN ('completed', 'partial', 'refused', 'not_ready') OR coalesce(actor, '') = '' THEN
         RAISE EXCEPTION 'an apply outcome is completed, partial, refused or not_ready, with an actor'
@@ -749,8 +766,28 @@ BEGIN
         RAISE EXCEPTION 'expire operation % was never prepared', operation USING ERRCODE = '42704';
     END IF;
     IF outcome = 'completed' THEN
+        archive_ids := ARRAY(SELECT x::bigint FROM jsonb_array_elements_text(prepared.detail->'archives') x);
+        -- One at a time with a rewrite being recorded for one of the archives (archive/supersede.rs
+        -- takes the same lock), then read in a statement of its own, as committed.
+        PERFORM 1 FROM retention.archive_records a WHERE a.id = ANY (archive_ids)
+          ORDER BY a.id FOR NO KEY UPDATE;
+        kept := ARRAY(
+            SELECT a.id FROM retention.archives a
+             WHERE a.id = ANY (archive_ids) AND a.expired_at IS NULL
+               AND a.object_key <> ALL (coalesce(deleted_keys, '{}') || ARRAY(
+                       SELECT k FROM retention.ledger_entries l, jsonb_array_elements_text(l.detail->'deleted_keys') k
+                        WHERE l.method = 'expire_apply' AND l.detail->>'operation' = operation::text))
+             ORDER BY a.id);
+        IF cardinality(kept) > 0 THEN
+            RAISE EXCEPTION 'expire operation % cannot complete: the object of archive % now is not one it deleted',
+                operation, kept[1]
+                USING ERRCODE = 'RT504',
+                      DETAIL = format('Archives %s: a rewrite (an erasure''s supersession) became the object after the plan; '
+                                      'marked expired, it would stay in the store with nothing to delete it.', kept),
+                      HINT = 'Record the apply as refused and plan again: a new plan names the archive''s objects now.';
+        END IF;
         INSERT INTO retention.archive_expirations (archive_id, operation_id)
-        SELECT x::bigint, operation FROM jsonb_array_elements_text(prepared.detail->'archives') x
+        SELECT x, operation FROM unnest(archive_ids) x
         ON CONFLICT (archive_id) DO NOTHING;
     END IF;
     PERFORM retention._ledger_append('expire_apply', actor, coalesce(detail, '{}') || jsonb_build_object(
@@ -935,8 +972,8 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[]),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[]),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

@@ -81,6 +81,9 @@ CREATE TABLE retention.policy_versions (
     lease_table      regclass,
     lease_key        text[],
     lease_expiry     text,
+    -- The search_path a delete policy's deletes run with (the table's own triggers resolve
+    -- their unqualified names through it; pg_temp last). NULL: pg_catalog, pg_temp.
+    search_path      text[],
     PRIMARY KEY (policy_id, version)
 );
 
@@ -220,6 +223,7 @@ CREATE TABLE retention.policy_counters (
     bytes_archived     bigint NOT NULL DEFAULT 0,
     archives           bigint NOT NULL DEFAULT 0,
     hold_skips         bigint NOT NULL DEFAULT 0,
+    reference_skips    bigint NOT NULL DEFAULT 0,
     cap_hits           bigint NOT NULL DEFAULT 0,
     partitions_dropped bigint NOT NULL DEFAULT 0,
     skipped_locked     bigint NOT NULL DEFAULT 0,

@@ -51,7 +51,7 @@ $fn$;
 CREATE FUNCTION retention._counts(method text, archive_id bigint) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $fn$
     SELECT archive_id IS NOT NULL
-        OR method IN ('prune', 'orphan_sweep', 'drop_partition', 'hold_skip', 'cap_reached',
+        OR method IN ('prune', 'orphan_sweep', 'drop_partition', 'hold_skip', 'reference_skip', 'cap_reached',
                       'skip_locked', 'pause', 'run', 'error', 'release', 'lease_expired')
 $fn$;
 
@@ -73,7 +73,7 @@ BEGIN
          GROUP BY 1)
     INSERT INTO retention.policy_counters AS c (
         policy_id, rows_deleted, batches, rows_archived, bytes_archived, archives, hold_skips,
-        cap_hits, partitions_dropped, skipped_locked, pauses, paused_seconds, errors,
+        reference_skips, cap_hits, partitions_dropped, skipped_locked, pauses, paused_seconds, errors,
         last_run_at, last_outcome, last_success_at, last_archive_at, last_error_at, last_error, backlog)
     SELECT e.policy_id,
            coalesce(sum(e.rows) FILTER (WHERE e.method IN ('prune', 'orphan_sweep', 'drop_partition')), 0),
@@ -82,6 +82,7 @@ BEGIN
            coalesce(sum(e.archived_bytes), 0),
            count(e.archived_rows),
            coalesce(sum(e.rows) FILTER (WHERE e.method = 'hold_skip'), 0),
+           coalesce(sum(e.rows) FILTER (WHERE e.method = 'reference_skip'), 0),
            count(*) FILTER (WHERE e.method = 'cap_reached'),
            count(*) FILTER (WHERE e.method = 'drop_partition'),
            count(*) FILTER (WHERE e.method = 'skip_locked'),
@@ -104,6 +105,7 @@ BEGIN
         bytes_archived = c.bytes_archived + EXCLUDED.bytes_archived,
         archives = c.archives + EXCLUDED.archives,
         hold_skips = c.hold_skips + EXCLUDED.hold_skips,
+        reference_skips = c.reference_skips + EXCLUDED.reference_skips,
         cap_hits = c.cap_hits + EXCLUDED.cap_hits,
         partitions_dropped = c.partitions_dropped + EXCLUDED.partitions_dropped,
         skipped_locked = c.skipped_locked + EXCLUDED.skipped_locked,

@@ -138,6 +138,9 @@ BEGIN
 END
 $drop$;
 
+-- The search_path a delete policy's deletes run with (engine/trigger_path.rs).
+ALTER TABLE retention.policy_versions ADD COLUMN search_path text[];
+
 -- What retention.metrics() reports of each policy's table, kept between scrapes.
 CREATE TABLE retention.policy_gauges (
     policy_id        bigint PRIMARY KEY,
@@ -156,6 +159,7 @@ CREATE TABLE retention.policy_counters (
     bytes_archived     bigint NOT NULL DEFAULT 0,
     archives           bigint NOT NULL DEFAULT 0,
     hold_skips         bigint NOT NULL DEFAULT 0,
+    reference_skips    bigint NOT NULL DEFAULT 0,
     cap_hits           bigint NOT NULL DEFAULT 0,
     partitions_dropped bigint NOT NULL DEFAULT 0,
     skipped_locked     bigint NOT NULL DEFAULT 0,
@@ -250,7 +254,7 @@ SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
-       v.lease_key, v.lease_expiry
+       v.lease_key, v.lease_expiry, v.search_path
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -263,7 +267,7 @@ SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
-       v.lease_key, v.lease_expiry
+       v.lease_key, v.lease_expiry, v.search_path
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -301,6 +305,7 @@ SELECT p.name AS policy,
        coalesce(c.rows_archived, 0) AS rows_archived_total,
        coalesce(c.bytes_archived, 0) AS bytes_archived_total,
        coalesce(c.hold_skips, 0) AS hold_skips_total,
+       coalesce(c.reference_skips, 0) AS reference_skips,
        coalesce(c.cap_hits, 0) AS cap_hits_total,
        coalesce(c.errors, '{}') AS errors_total,
        c.last_archive_at
@@ -463,7 +468,7 @@ $fn$;
 CREATE OR REPLACE FUNCTION retention._counts(method text, archive_id bigint) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $fn$
     SELECT archive_id IS NOT NULL
-        OR method IN ('prune', 'orphan_sweep', 'drop_partition', 'hold_skip', 'cap_reached',
+        OR method IN ('prune', 'orphan_sweep', 'drop_partition', 'hold_skip', 'reference_skip', 'cap_reached',
                       'skip_locked', 'pause', 'run', 'error', 'release', 'lease_expired')
 $fn$;
 
@@ -485,7 +490,7 @@ BEGIN
          GROUP BY 1)
     INSERT INTO retention.policy_counters AS c (
         policy_id, rows_deleted, batches, rows_archived, bytes_archived, archives, hold_skips,
-        cap_hits, partitions_dropped, skipped_locked, pauses, paused_seconds, errors,
+        reference_skips, cap_hits, partitions_dropped, skipped_locked, pauses, paused_seconds, errors,
         last_run_at, last_outcome, last_success_at, last_archive_at, last_error_at, last_error, backlog)
     SELECT e.policy_id,
            coalesce(sum(e.rows) FILTER (WHERE e.method IN ('prune', 'orphan_sweep', 'drop_partition')), 0),
@@ -494,6 +499,7 @@ BEGIN
            coalesce(sum(e.archived_bytes), 0),
            count(e.archived_rows),
            coalesce(sum(e.rows) FILTER (WHERE e.method = 'hold_skip'), 0),
+           coalesce(sum(e.rows) FILTER (WHERE e.method = 'reference_skip'), 0),
            count(*) FILTER (WHERE e.method = 'cap_reached'),
            count(*) FILTER (WHERE e.method = 'drop_partition'),
            count(*) FILTER (WHERE e.method = 'skip_locked'),
@@ -516,6 +522,7 @@ BEGIN
         bytes_archived = c.bytes_archived + EXCLUDED.bytes_archived,
         archives = c.archives + EXCLUDED.archives,
         hold_skips = c.hold_skips + EXCLUDED.hold_skips,
+        reference_skips = c.reference_skips + EXCLUDED.reference_skips,
         cap_hits = c.cap_hits + EXCLUDED.cap_hits,
         partitions_dropped = c.partitions_dropped + EXCLUDED.partitions_dropped,
         skipped_locked = c.skipped_locked + EXCLUDED.skipped_locked,
@@ -716,7 +723,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_consumer_status_wrapper';
 
--- pg_retention/src/api/policy.rs:319
+-- pg_retention/src/api/policy.rs:355
 -- pg_retention::api::policy::_define_policy
 CREATE OR REPLACE FUNCTION "_define_policy"(
 	"change" TEXT, /* & str */
@@ -786,7 +793,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_lift_hold_wrapper';
 
--- pg_retention/src/api/policy.rs:388
+-- pg_retention/src/api/policy.rs:425
 -- pg_retention::api::policy::_link_windows
 CREATE OR REPLACE FUNCTION "_link_windows"(
 	"producer" TEXT, /* & str */
@@ -798,7 +805,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_link_windows_wrapper';
 
--- pg_retention/src/api/policy.rs:298
+-- pg_retention/src/api/policy.rs:334
 -- pg_retention::api::policy::_lower_floor
 CREATE OR REPLACE FUNCTION "_lower_floor"(
 	"policy" TEXT, /* Option < & str > */
@@ -900,7 +907,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_report_position_wrapper';
 
--- pg_retention/src/api/sweep.rs:143
+-- pg_retention/src/api/sweep.rs:144
 -- pg_retention::api::sweep::_run_begin
 CREATE OR REPLACE FUNCTION "_run_begin"(
 	"policy_id" bigint, /* Option < i64 > */
@@ -912,7 +919,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_begin_wrapper';
 
--- pg_retention/src/api/sweep.rs:276
+-- pg_retention/src/api/sweep.rs:292
 -- pg_retention::api::sweep::_run_end
 CREATE OR REPLACE FUNCTION "_run_end"(
 	"state" jsonb, /* pgrx :: JsonB */
@@ -923,7 +930,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_end_wrapper';
 
--- pg_retention/src/api/sweep.rs:233
+-- pg_retention/src/api/sweep.rs:234
 -- pg_retention::api::sweep::_run_pace
 CREATE OR REPLACE FUNCTION "_run_pace"(
 	"state" jsonb /* pgrx :: JsonB */
@@ -941,7 +948,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_served_wrapper';
 
--- pg_retention/src/api/policy.rs:354
+-- pg_retention/src/api/policy.rs:390
 -- pg_retention::api::policy::_set_policy_state
 CREATE OR REPLACE FUNCTION "_set_policy_state"(
 	"name" TEXT, /* & str */
@@ -1002,7 +1009,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_supersession_unaffected_wrapper';
 
--- pg_retention/src/api/sweep.rs:189
+-- pg_retention/src/api/sweep.rs:190
 -- pg_retention::api::sweep::_sweep_step_safe
 CREATE OR REPLACE FUNCTION "_sweep_step_safe"(
 	"state" jsonb /* pgrx :: JsonB */
@@ -1062,7 +1069,7 @@ STRICT
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'claimed_slice_wrapper';
 
--- pg_retention/src/api/preview.rs:42
+-- pg_retention/src/api/preview.rs:67
 -- pg_retention::api::preview::preview
 CREATE OR REPLACE FUNCTION "preview"(
 	"policy" TEXT DEFAULT NULL /* Option < & str > */
@@ -1075,14 +1082,16 @@ CREATE OR REPLACE FUNCTION "preview"(
 	"backlog" bigint,  /* i64 */
 	"archive_bytes_estimate" bigint,  /* Option < i64 > */
 	"partitions_to_drop" bigint,  /* i64 */
-	"pinned" bigint  /* i64 */
+	"pinned" bigint,  /* i64 */
+	"referenced" bigint,  /* i64 */
+	"table_would_delete" bigint  /* i64 */
 )
 SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'preview_wrapper';
 
--- pg_retention/src/api/preview.rs:79
+-- pg_retention/src/api/preview.rs:106
 -- pg_retention::api::preview::preview_partitions
 CREATE OR REPLACE FUNCTION "preview_partitions"(
 	"policy" TEXT /* & str */
@@ -1196,7 +1205,8 @@ CREATE OR REPLACE FUNCTION retention.add_policy(
     archive_keep interval DEFAULT NULL,
     lease_table regclass DEFAULT NULL,
     lease_key text[] DEFAULT NULL,
-    lease_expiry text DEFAULT NULL
+    lease_expiry text DEFAULT NULL,
+    search_path text[] DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -1206,7 +1216,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run,
         'keep_floor', keep_floor, 'window_floor', window_floor::text,
         'archive_keep', archive_keep::text, 'lease_table', lease_table::oid::bigint,
-        'lease_key', lease_key, 'lease_expiry', lease_expiry)))::bigint;
+        'lease_key', lease_key, 'lease_expiry', lease_expiry, 'search_path', search_path)))::bigint;
 $fn$;
 
 CREATE OR REPLACE FUNCTION retention.alter_policy(
@@ -1228,7 +1238,8 @@ CREATE OR REPLACE FUNCTION retention.alter_policy(
     archive_keep interval DEFAULT NULL,
     lease_table regclass DEFAULT NULL,
     lease_key text[] DEFAULT NULL,
-    lease_expiry text DEFAULT NULL
+    lease_expiry text DEFAULT NULL,
+    search_path text[] DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -1237,7 +1248,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'keep', keep, 'min_keep', min_keep, 'action', action, 'batch_size', batch_size,
         'max_rows_per_run', max_rows_per_run, 'keep_floor', keep_floor,
         'window_floor', window_floor::text, 'archive_keep', archive_keep::text,
-        'lease_table', lease_table::oid::bigint, 'lease_key', lease_key, 'lease_expiry', lease_expiry)))::bigint;
+        'lease_table', lease_table::oid::bigint, 'lease_key', lease_key, 'lease_expiry', lease_expiry,
+        'search_path', search_path)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -1593,6 +1605,7 @@ DECLARE
     last_run record;
     overdue text;
     skips bigint;
+    run_detail jsonb;
 BEGIN
     FOR p IN SELECT * FROM retention.policies ORDER BY name LOOP
         r := '{}';
@@ -1620,6 +1633,14 @@ BEGIN
                 r := array_append(r, ('last run failed: ' || coalesce((SELECT s.last_error FROM retention.stats s WHERE s.policy = p.name), 'error')));
             ELSIF last_run.outcome = 'cap' THEN
                 r := array_append(r, 'run cap hit in the last run');
+            ELSE
+                -- A backlog that foreign keys keep whole (engine/references.rs).
+                run_detail := (SELECT l.detail FROM retention.ledger_entries l
+                                WHERE l.policy_id = p.id AND l.method = 'run' ORDER BY l.id DESC LIMIT 1);
+                IF (run_detail->>'deleted')::bigint = 0 AND coalesce((run_detail->>'referenced')::bigint, 0) > 0 THEN
+                    r := array_append(r, format('its last run deleted nothing: all %s eligible rows are kept by rows that reference them through foreign keys (NO ACTION or RESTRICT, or a cascade that would reach a held row)',
+                                                run_detail->>'referenced'));
+                END IF;
             END IF;
             IF EXISTS (SELECT 1 FROM retention.worker_state w
                         WHERE w.database = current_database() AND w.state = 'paused' AND w.current_policy = p.name
@@ -1865,12 +1886,17 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
       FROM retention._expire_prepared(operation) p WHERE p.id IS NOT NULL
 $fn$;
 
--- Ledgers one apply of an expire operation; a completed one marks its archives expired.
+-- Ledgers one apply of an expire operation; a completed one marks its archives expired. An
+-- archive is marked expired only when its object now is among the keys the operation deleted
+-- (this apply's or an earlier one's): a rewrite recorded for it since the plan (an erasure's
+-- supersession) refuses the completion (RT504), and the apply is then recorded refused.
 CREATE OR REPLACE FUNCTION retention.expire_record(operation uuid, outcome text, deleted_keys text[], detail jsonb, actor text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     prepared retention.ledger_entries := retention._expire_prepared(operation);
+    archive_ids bigint[];
+    kept bigint[];
 BEGIN
     IF outcome IS NULL OR outcome NOT IN ('completed', 'partial', 'refused', 'not_ready') OR coalesce(actor, '') = '' THEN
         RAISE EXCEPTION 'an apply outcome is completed, partial, refused or not_ready, with an actor'
@@ -1880,8 +1906,28 @@ BEGIN
         RAISE EXCEPTION 'expire operation % was never prepared', operation USING ERRCODE = '42704';
     END IF;
     IF outcome = 'completed' THEN
+        archive_ids := ARRAY(SELECT x::bigint FROM jsonb_array_elements_text(prepared.detail->'archives') x);
+        -- One at a time with a rewrite being recorded for one of the archives (archive/supersede.rs
+        -- takes the same lock), then read in a statement of its own, as committed.
+        PERFORM 1 FROM retention.archive_records a WHERE a.id = ANY (archive_ids)
+          ORDER BY a.id FOR NO KEY UPDATE;
+        kept := ARRAY(
+            SELECT a.id FROM retention.archives a
+             WHERE a.id = ANY (archive_ids) AND a.expired_at IS NULL
+               AND a.object_key <> ALL (coalesce(deleted_keys, '{}') || ARRAY(
+                       SELECT k FROM retention.ledger_entries l, jsonb_array_elements_text(l.detail->'deleted_keys') k
+                        WHERE l.method = 'expire_apply' AND l.detail->>'operation' = operation::text))
+             ORDER BY a.id);
+        IF cardinality(kept) > 0 THEN
+            RAISE EXCEPTION 'expire operation % cannot complete: the object of archive % now is not one it deleted',
+                operation, kept[1]
+                USING ERRCODE = 'RT504',
+                      DETAIL = format('Archives %s: a rewrite (an erasure''s supersession) became the object after the plan; '
+                                      'marked expired, it would stay in the store with nothing to delete it.', kept),
+                      HINT = 'Record the apply as refused and plan again: a new plan names the archive''s objects now.';
+        END IF;
         INSERT INTO retention.archive_expirations (archive_id, operation_id)
-        SELECT x::bigint, operation FROM jsonb_array_elements_text(prepared.detail->'archives') x
+        SELECT x, operation FROM unnest(archive_ids) x
         ON CONFLICT (archive_id) DO NOTHING;
     END IF;
     PERFORM retention._ledger_append('expire_apply', actor, coalesce(detail, '{}') || jsonb_build_object(
@@ -2066,8 +2112,8 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[]),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[]),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

@@ -5,7 +5,7 @@ SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
-       v.lease_key, v.lease_expiry
+       v.lease_key, v.lease_expiry, v.search_path
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -18,7 +18,7 @@ SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
-       v.lease_key, v.lease_expiry
+       v.lease_key, v.lease_expiry, v.search_path
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -56,6 +56,7 @@ SELECT p.name AS policy,
        coalesce(c.rows_archived, 0) AS rows_archived_total,
        coalesce(c.bytes_archived, 0) AS bytes_archived_total,
        coalesce(c.hold_skips, 0) AS hold_skips_total,
+       coalesce(c.reference_skips, 0) AS reference_skips,
        coalesce(c.cap_hits, 0) AS cap_hits_total,
        coalesce(c.errors, '{}') AS errors_total,
        c.last_archive_at

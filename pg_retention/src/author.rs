@@ -152,7 +152,7 @@ pub fn missing_privilege(role: u32, relation: u32) -> Result<Option<&'static str
 pub fn ensure_owner_privileges(owner: u32, relation: u32, table: &str, policy: &str) -> Result<()> {
     ensure_role_exists(owner)?;
     match missing_privilege(owner, relation)? {
-        None => Ok(()),
+        None => ensure_sees_every_row(owner, relation, table),
         Some(privilege) => Err(RetentionError::OwnerPrivilege {
             policy: policy.to_owned(),
             owner: role_name(owner),
@@ -160,6 +160,33 @@ pub fn ensure_owner_privileges(owner: u32, relation: u32, table: &str, policy: &
             relation: table.to_owned(),
         }),
     }
+}
+
+/// Refuses (42501) a table whose row-level security would hide rows from `role`, the policy's
+/// owner: its statements would see — and preview, sweep and archive — only the rows its
+/// policies show it, while the policy says it governs the table. Row security applies unless
+/// the role owns the table (and security is not forced on owners), has BYPASSRLS, or is a
+/// superuser.
+pub fn ensure_sees_every_row(role: u32, relation: u32, table: &str) -> Result<()> {
+    let filtered = Spi::get_one_with_args::<bool>(
+        "SELECT c.relrowsecurity
+                AND NOT (r.rolsuper OR r.rolbypassrls)
+                AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role(r.oid, c.relowner, 'USAGE'))
+           FROM pg_catalog.pg_class c, pg_catalog.pg_roles r
+          WHERE c.oid = $1::bigint::oid AND r.oid = $2::bigint::oid",
+        &[i64::from(relation).into(), i64::from(role).into()],
+    )?;
+    if filtered == Some(true) {
+        return Err(RetentionError::Privilege {
+            message: format!(
+                "row-level security on {table} would hide rows from {}, whose policy would then govern only the rows it sees",
+                role_name(role)
+            ),
+            hint: "Register the policy as the table's owner (with row security not forced on it), or as a role with BYPASSRLS."
+                .into(),
+        });
+    }
+    Ok(())
 }
 
 /// Whether `row` (a row of a table, as a composite value) satisfies `predicate` when `role`

@@ -61,6 +61,15 @@ pub enum RetentionError {
     /// The archived slice does not match the rows as they are now (RT502).
     #[error("archive of batch {batch} refused: {reason}")]
     ArchiveMismatch { batch: String, reason: String },
+    /// An archive's expiry and a rewrite of its object (an erasure's supersession) met (RT504):
+    /// an expiry cannot complete for an archive whose object now is one it did not delete, and
+    /// a rewrite is not recorded for an archive whose objects expired.
+    #[error("{message}")]
+    ExpiryConflict {
+        message: String,
+        detail: String,
+        hint: String,
+    },
     /// A change would break a window link (RT201).
     #[error("window link violated: {consumer} must keep rows at least {required} (producer {producer} keeps {producer_window} plus a margin of {margin})")]
     WindowLink {
@@ -208,6 +217,7 @@ impl RetentionError {
             RetentionError::UnknownBatch(_) => "42704",
             RetentionError::BatchState { .. } => "RT503",
             RetentionError::ArchiveMismatch { .. } => "RT502",
+            RetentionError::ExpiryConflict { .. } => "RT504",
             RetentionError::UnknownPolicy(_)
             | RetentionError::UnknownHold(_)
             | RetentionError::UnknownConsumer { .. } => "42704",
@@ -228,13 +238,14 @@ impl RetentionError {
 
     fn detail(&self) -> Option<String> {
         match self {
-            RetentionError::InvalidParameter { detail, .. } => Some(detail.clone()),
+            RetentionError::InvalidParameter { detail, .. }
+            | RetentionError::ExpiryConflict { detail, .. } => Some(detail.clone()),
             RetentionError::UndefinedColumn { relation, column } => {
                 Some(format!("No column named {column} exists in {relation}."))
             }
             RetentionError::WrongType { expected, .. } => Some(format!("Expected {expected}.")),
             RetentionError::NoPrimaryKey { .. } => {
-                Some("Retention deletes enumerated keys, so every governed table needs a primary key.".into())
+                Some("An archive policy's batches are ranges of the primary key, and its prune proves by key that it deletes exactly the archived rows.".into())
             }
             RetentionError::InvalidPredicate { predicate, .. } => Some(format!("Predicate: {predicate}")),
             RetentionError::FixpointViolation { .. } => Some(
@@ -265,12 +276,13 @@ impl RetentionError {
         match self {
             RetentionError::InvalidParameter { hint, .. }
             | RetentionError::WrongState { hint, .. }
-            | RetentionError::Privilege { hint, .. } => Some(hint.clone()),
+            | RetentionError::Privilege { hint, .. }
+            | RetentionError::ExpiryConflict { hint, .. } => Some(hint.clone()),
             RetentionError::UndefinedColumn { .. } => {
                 Some("Check the column name; names are case-sensitive and used as given.".into())
             }
             RetentionError::WrongType { .. } => Some("Use a column of a suitable type.".into()),
-            RetentionError::NoPrimaryKey { .. } => Some("Add a primary key to the table.".into()),
+            RetentionError::NoPrimaryKey { .. } => Some("Add a primary key to the table, or use action => 'delete' (delete policies govern tables without one, row by row).".into()),
             RetentionError::InvalidPredicate { .. } => Some(
                 "A predicate must be one boolean expression over the table's own (unqualified) columns, without subqueries, aggregates or volatile functions."
                     .into(),

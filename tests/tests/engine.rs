@@ -590,8 +590,8 @@ fn hold_placed_mid_run_wins(by_index: bool) {
 }
 
 /// Batches keep what they know about the table between batches of a run; a foreign key added
-/// mid-run must still protect the rows it references from then on (with ON DELETE CASCADE,
-/// missing it would delete the referencing rows too).
+/// mid-run must still protect the rows it references from then on (a key that refuses deletes,
+/// as declared by default: missing it, a batch would fail on the first referenced row).
 #[test]
 fn a_foreign_key_added_mid_run_protects_referenced_rows_from_the_next_batch() {
     foreign_key_added_mid_run_protects(false);
@@ -613,13 +613,13 @@ fn foreign_key_added_mid_run_protects(by_index: bool) {
     // Takes its lock between two batches; rows 901..1000 come last in physical order.
     c.execute(
         "postgres",
-        "ALTER TABLE refs ADD FOREIGN KEY (q_id) REFERENCES q ON DELETE CASCADE;",
+        "ALTER TABLE refs ADD FOREIGN KEY (q_id) REFERENCES q;",
     );
     runner.join().unwrap();
     assert_eq!(
         count(&mut admin, "SELECT count(*) FROM refs"),
         100,
-        "nothing cascaded"
+        "the referencing rows stay"
     );
     assert_eq!(
         count(&mut admin, "SELECT count(*) FROM q WHERE id > 900"),
@@ -666,7 +666,7 @@ fn keep_below_the_floor_is_refused_and_lowering_the_floor_is_ledgered() {
     refused(
         &mut admin,
         "SELECT retention.add_policy(name => 'v', relation => 'runs', kind => 'versions', group_by => ARRAY['src'],
-                order_by => 'at', keep => 5, min_keep => 2, keep_floor => 3)",
+                order_by => 'at', keep => 5, min_keep => 2, keep_floor => 3, age_column => 'at', older_than => '30 days')",
         "min_keep 2 is below the policy's keep_floor 3",
     );
     refused(
@@ -1077,7 +1077,8 @@ fn bad_inputs_are_refused_with_documented_sqlstates_and_leave_the_catalog_unchan
         ("name => 'p', relation => 't', kind => 'keep_latest', group_by => ARRAY['tenant'], keep => 2", "22023"),
         ("name => 'p', relation => 't', kind => 'sometimes', age_column => 'at', older_than => '30 days'", "22023"),
         ("name => 'p', relation => 't', kind => 'age', age_column => 'at', older_than => '-1 day'", "22023"),
-        ("name => 'p', relation => 'nokey', kind => 'age', age_column => 'at', older_than => '30 days'", "42P10"),
+        // Delete policies govern keyless tables (tests/tests/real_tables.rs); archive batches are key ranges.
+        ("name => 'p', relation => 'nokey', kind => 'age', age_column => 'at', older_than => '30 days', terminal => 'true', action => 'archive_then_delete'", "42P10"),
         (&format!("{base}, scope => 'id IN (SELECT id FROM victim)'"), "RT101"),
         (&format!("{base}, scope => 'random() < 0.5'"), "RT101"),
         (&format!("{base}, scope => 'tenant'"), "RT101"),

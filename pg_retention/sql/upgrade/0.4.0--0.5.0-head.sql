@@ -138,6 +138,9 @@ BEGIN
 END
 $drop$;
 
+-- The search_path a delete policy's deletes run with (engine/trigger_path.rs).
+ALTER TABLE retention.policy_versions ADD COLUMN search_path text[];
+
 -- What retention.metrics() reports of each policy's table, kept between scrapes.
 CREATE TABLE retention.policy_gauges (
     policy_id        bigint PRIMARY KEY,
@@ -156,6 +159,7 @@ CREATE TABLE retention.policy_counters (
     bytes_archived     bigint NOT NULL DEFAULT 0,
     archives           bigint NOT NULL DEFAULT 0,
     hold_skips         bigint NOT NULL DEFAULT 0,
+    reference_skips    bigint NOT NULL DEFAULT 0,
     cap_hits           bigint NOT NULL DEFAULT 0,
     partitions_dropped bigint NOT NULL DEFAULT 0,
     skipped_locked     bigint NOT NULL DEFAULT 0,

@@ -36,6 +36,7 @@ struct PolicyRow {
     bytes_archived: f64,
     batches: f64,
     hold_skips: f64,
+    reference_skips: f64,
     cap_hits: f64,
     partitions_dropped: f64,
     paused_seconds: f64,
@@ -165,7 +166,7 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "pg_retention_policy_hold_skips_total",
         kind: Kind::Counter,
-        help: "Eligible rows kept by holds (or references) when a run or prune met them.",
+        help: "Eligible rows kept by holds when a run or prune met them.",
         samples: Samples::Policy(|p| Some(p.hold_skips)),
     },
     Family {
@@ -191,6 +192,12 @@ const FAMILIES: &[Family] = &[
         kind: Kind::Counter,
         help: "Seconds sweeps waited (pacing: replicas, the WAL budget, adaptive pauses with their flush waits).",
         samples: Samples::Policy(|p| Some(p.paused_seconds)),
+    },
+    Family {
+        name: "pg_retention_policy_reference_skips_total",
+        kind: Kind::Counter,
+        help: "Eligible rows runs left because rows referencing them through foreign keys keep them.",
+        samples: Samples::Policy(|p| Some(p.reference_skips)),
     },
     Family {
         name: "pg_retention_policy_rows_archived_total",
@@ -306,7 +313,8 @@ type Sample = (&'static str, Labels, f64, &'static str, &'static str);
 const TOTALS: &str =
     "coalesce(c.rows_deleted, 0), coalesce(c.rows_archived, 0), coalesce(c.bytes_archived, 0),
                       coalesce(c.batches, 0), coalesce(c.hold_skips, 0), coalesce(c.cap_hits, 0),
-                      coalesce(c.partitions_dropped, 0), coalesce(c.paused_seconds, 0)";
+                      coalesce(c.partitions_dropped, 0), coalesce(c.paused_seconds, 0),
+                      coalesce(c.reference_skips, 0)";
 
 fn policies() -> Result<Vec<PolicyRow>> {
     let reasons = REASONS
@@ -372,7 +380,7 @@ fn policies() -> Result<Vec<PolicyRow>> {
                 let total = |i: usize| totals.get(i).copied().unwrap_or(0.0);
                 let mut errors = [0.0; REASONS.len()];
                 for (i, e) in errors.iter_mut().enumerate() {
-                    *e = total(8 + i);
+                    *e = total(9 + i);
                 }
                 let window_seconds = at(&figures, 0);
                 let kept = found.kept.filter(|_| found.measurable);
@@ -400,6 +408,7 @@ fn policies() -> Result<Vec<PolicyRow>> {
                     cap_hits: total(5),
                     partitions_dropped: total(6),
                     paused_seconds: total(7),
+                    reference_skips: total(8),
                     errors,
                     backlog: at(&figures, 1),
                     last_success: at(&figures, 2),

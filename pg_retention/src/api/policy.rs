@@ -3,7 +3,7 @@
 use crate::api::hold::non_empty;
 use crate::catalog::link;
 use crate::catalog::policy::{append_version, check_names};
-use crate::catalog::{caller, caller_oid, Action, Change, Policy, PolicySpec, RelationInfo};
+use crate::catalog::{caller, caller_oid, Action, Change, Kind, Policy, PolicySpec, RelationInfo};
 use crate::catalog::{LedgerEntry, LedgerMethod};
 use crate::engine::validate::{interval_compare, interval_sign, validate};
 use crate::error::{outcome, returned_nothing, OrReport, Result, RetentionError};
@@ -94,6 +94,39 @@ fn check_class(policy_id: Option<i64>, spec: &PolicySpec, rel: &RelationInfo) ->
     }
 }
 
+/// Policies on one table compose only where a union is what they mean: several delete
+/// policies each delete the rows they make eligible. A ranked policy (`keep_latest`,
+/// `versions`) keeps rows, which another delete policy on the table would delete anyway (the
+/// union of "older than 7 days" and "keep the newest 100" deletes what the second meant to
+/// keep): refused (22023) beside any other delete policy on the table, with the one policy
+/// that says both.
+fn check_composition(policy_id: Option<i64>, spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
+    if spec.action != Action::Delete {
+        return Ok(());
+    }
+    let ranked = |k: Kind| matches!(k, Kind::KeepLatest | Kind::Versions);
+    let Some((other, other_kind)) =
+        Policy::other_delete_policy(rel.oid, policy_id, ranked(spec.kind))?
+    else {
+        return Ok(());
+    };
+    let (keeper, other_name) = if ranked(spec.kind) {
+        (spec.name.as_str(), other.as_str())
+    } else {
+        (other.as_str(), spec.name.as_str())
+    };
+    Err(RetentionError::invalid(
+        format!(
+            "{} already has delete policy {other} ({other_kind}); a {} policy on it would delete rows another keeps",
+            rel.qualified, spec.kind
+        ),
+        format!(
+            "{keeper} keeps rows by rank, and {other_name} would delete them anyway: policies on one table add up to a union."
+        ),
+        "Say both in one policy: kind => 'versions' keeps the newest min_keep and deletes the rest past older_than (keep => 2147483647 for no other limit); or govern the rows with one policy.",
+    ))
+}
+
 /// The fields `add_policy` (and, for `name`, `alter_policy`) cannot do without.
 const REQUIRED_TO_ADD: [&str; 6] = [
     "name",
@@ -136,6 +169,7 @@ fn define(change: &str, spec: Value) -> Result<i64> {
         }
         let rel = validate(&spec)?;
         check_class(None, &spec, &rel)?;
+        check_composition(None, &spec, &rel)?;
         let id = Policy::new_id(&name)?;
         append_version(id, &spec, &rel.qualified, Change::Add, caller_oid())?;
         if spec.action == Action::ArchiveThenDelete {
@@ -143,11 +177,13 @@ fn define(change: &str, spec: Value) -> Result<i64> {
         }
         return Ok(id);
     }
+    link::serialize_changes()?;
     let current = Policy::by_name(&name)?;
     let spec = merge(&current.spec, &spec)?;
     refuse_lowered_floors(&current.spec, &spec)?;
     let rel = validate(&spec)?;
     check_class(Some(current.id), &spec, &rel)?;
+    check_composition(Some(current.id), &spec, &rel)?;
     check_links(current.id, &spec)?;
     append_version(
         current.id,
@@ -358,6 +394,7 @@ fn _set_policy_state(name: &str, change: &str) -> i64 {
 }
 
 fn link(producer: &str, consumer: &str, margin: &str) -> Result<()> {
+    link::serialize_changes()?;
     let p = Policy::by_name(producer)?;
     let c = Policy::by_name(consumer)?;
     if p.id == c.id {

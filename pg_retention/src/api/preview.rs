@@ -1,13 +1,25 @@
 //! `retention.preview(policy)`.
 
 use crate::catalog::{active_holds, query_json, Policy, RelationInfo};
-use crate::engine::preview::{partitions_to_drop, preview as preview_one};
+use crate::engine::preview::{partitions_to_drop, preview as preview_one, table_would_delete};
 use crate::error::{returned_nothing, OrReport, Result};
 use pgrx::prelude::*;
 
 /// policy, eligible, held, hold_ids, would_delete, backlog, archive_bytes_estimate,
-/// partitions_to_drop, pinned
-type PreviewRow = (String, i64, i64, Vec<i64>, i64, i64, Option<i64>, i64, i64);
+/// partitions_to_drop, pinned, referenced, table_would_delete
+type PreviewRow = (
+    String,
+    i64,
+    i64,
+    Vec<i64>,
+    i64,
+    i64,
+    Option<i64>,
+    i64,
+    i64,
+    i64,
+    i64,
+);
 
 fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
     let names: Vec<String> = match policy {
@@ -19,8 +31,19 @@ fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
         .ok_or_else(|| returned_nothing("listing policies"))?,
     };
     let mut rows = Vec::with_capacity(names.len());
+    let mut totals = std::collections::HashMap::new();
     for name in names {
-        let p = preview_one(&Policy::by_name(&name)?)?;
+        let policy = Policy::by_name(&name)?;
+        let p = preview_one(&policy)?;
+        let total = match totals.get(&policy.relation) {
+            Some(total) => *total,
+            None => {
+                let total = table_would_delete(policy.relation)?;
+                totals.insert(policy.relation, total);
+                total
+            }
+        }
+        .unwrap_or(p.would_delete);
         rows.push((
             p.policy,
             p.eligible,
@@ -31,6 +54,8 @@ fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
             p.archive_bytes_estimate,
             p.partitions_to_drop,
             p.pinned,
+            p.referenced,
+            total,
         ));
     }
     Ok(rows)
@@ -55,6 +80,8 @@ fn preview(
         name!(archive_bytes_estimate, Option<i64>),
         name!(partitions_to_drop, i64),
         name!(pinned, i64),
+        name!(referenced, i64),
+        name!(table_would_delete, i64),
     ),
 > {
     crate::identity::refuse_restricted().or_report();

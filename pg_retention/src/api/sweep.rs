@@ -6,9 +6,10 @@
 //! worker, or the role in force (`identity.rs`). So nothing a client passes decides what a run
 //! deletes, counts, or writes to the ledger.
 
+use crate::api::table_gauges;
 use crate::catalog::prepared;
 use crate::engine::pacing;
-use crate::engine::sweep::{self, runs, SweepState};
+use crate::engine::sweep::{self, runs, Outcome, SweepState};
 use crate::error::{required, OrReport, Result, RetentionError};
 use crate::subxact;
 use pgrx::prelude::*;
@@ -266,7 +267,22 @@ fn end(token: u64, contained: bool) -> Result<pgrx::JsonB> {
         }
     };
     unlock(policy_id)?;
-    crate::api::table_gauges::after_run(policy_id);
+    // Its table changed: its gauges are measured again, bounded as a step is in the worker (a
+    // slow predicate's measurement is cut short there); a failed run leaves it to scrapes.
+    let measured = closed.outcome != Outcome::Error
+        && matches!(
+            bounded(
+                || {
+                    table_gauges::after_run(policy_id, true);
+                    Ok(())
+                },
+                Unkept::No
+            ),
+            Ok(Ok(()))
+        );
+    if !measured {
+        table_gauges::after_run(policy_id, false);
+    }
     view(&closed)
 }
 

@@ -128,10 +128,11 @@ fn refresh(policy_id: i64) -> Result<Option<Kept>> {
 
 /// After a run: its table changed, so its policy is measured again, here, where the run's
 /// catalogs are loaded (a query like the run's own, as the policy's owner), so that scrapes
-/// rarely measure. Contained: a failure drops the kept gauges with a warning (the next
-/// scrape measures again) and never fails the run.
-pub fn after_run(policy_id: i64) {
-    let outcome = if can_keep() {
+/// rarely measure (`measure`; the caller bounds it in time). Without `measure` (a run that
+/// failed, a measurement cut short) the kept gauges are dropped and the next scrape measures.
+/// Contained: a failure drops the kept gauges with a warning and never fails the run.
+pub fn after_run(policy_id: i64, measure: bool) {
+    let outcome = if measure && can_keep() {
         refresh(policy_id).map(|_| ())
     } else {
         gauges::forget(policy_id).map_err(Into::into)

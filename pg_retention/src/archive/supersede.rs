@@ -71,6 +71,18 @@ pub fn rewritten(id: i64, rewrite: &Rewrite<'_>) -> Result<bool> {
         return Ok(false);
     }
     s.expect(SupersessionState::Pending)?;
+    // An expired archive's objects were deleted (the ones the expiry found): a rewrite
+    // recorded now would be an object of an expired archive that nothing deletes.
+    if s.archive_expired()? {
+        return Err(RetentionError::ExpiryConflict {
+            message: format!(
+                "archive {} expired: a rewrite is not recorded for it (supersession {id})",
+                s.archive_id
+            ),
+            detail: "An expire operation deleted the archive's objects after the rewrite was read from them.".into(),
+            hint: "Delete the rewrite's objects and mark the supersession unaffected (retention.supersession_unaffected): the erased rows left the store with the archive.".into(),
+        });
+    }
     let refuse = |reason: String| RetentionError::ArchiveMismatch {
         batch: format!("of archive {} (supersession {id})", s.archive_id),
         reason,

@@ -71,6 +71,8 @@ pub enum LedgerMethod {
     Supersede,
     /// A sweep waited between steps (pacing); adaptive pauses are summed once per run.
     Pause,
+    /// Eligible rows a run left because rows referencing them keep them (engine/references.rs).
+    ReferenceSkip,
 }
 
 impl LedgerMethod {
@@ -98,6 +100,7 @@ impl LedgerMethod {
             LedgerMethod::HoldCollision => "hold_collision",
             LedgerMethod::Supersede => "supersede",
             LedgerMethod::Pause => "pause",
+            LedgerMethod::ReferenceSkip => "reference_skip",
         }
     }
 }

@@ -55,3 +55,15 @@ pub fn save(producer_id: i64, consumer_id: i64, margin: &str, by: &str) -> Resul
     )?;
     Ok(())
 }
+
+/// Serializes the changes window links constrain (`link_windows`, and `alter_policy` of a
+/// policy that takes part in a link): each one then checks the links against the windows the
+/// ones before it committed, so two changes each allowed alone cannot together break a link (a
+/// write skew). A transaction-level advisory lock: its first key 21077 is pg_retention's window
+/// links (archive claims use 21076). Taken before the windows are read; in READ COMMITTED,
+/// each read after it sees what was committed before it was granted.
+pub fn serialize_changes() -> Result<()> {
+    Ok(Spi::run(
+        "SELECT pg_catalog.pg_advisory_xact_lock(21077, 0)",
+    )?)
+}

@@ -59,13 +59,25 @@ const LINEAGE: &str = "coalesce((
 /// once the leaf is locked: a detach and an attach with other bounds between its description
 /// and its lock would make a proof from its old bounds wrong, and once it is locked in SHARE
 /// mode neither can happen to it any more.
+///
+/// A leaf described as a partition must also still be one, of the same table: a description
+/// read while a DETACH PARTITION committed could carry the lineage of the leaf as it is after
+/// it (none) with the parent it had before.
 pub fn unchanged(leaf: &Leaf) -> Result<bool> {
     Ok(Spi::get_one_with_args::<bool>(
         &format!(
-            "SELECT {} = $2",
+            "SELECT {} = $2 AND ($3::bigint IS NULL OR EXISTS (
+                 SELECT 1 FROM pg_catalog.pg_class c
+                   JOIN pg_catalog.pg_inherits i ON i.inhrelid = c.oid
+                  WHERE c.oid = $1::bigint::oid AND c.relispartition AND c.relpartbound IS NOT NULL
+                    AND i.inhparent = $3::bigint::oid))",
             LINEAGE.replace("{oid}", "$1::bigint::oid")
         ),
-        &[i64::from(leaf.oid).into(), leaf.lineage.as_str().into()],
+        &[
+            i64::from(leaf.oid).into(),
+            leaf.lineage.as_str().into(),
+            leaf.parent_oid.map(i64::from).into(),
+        ],
     )? == Some(true))
 }
 
@@ -111,6 +123,9 @@ pub fn these(relation: u32, oids: &[u32], age_column: Option<&str>) -> Result<Ve
 }
 
 fn describe(relation: u32, only: Option<&[u32]>, age_column: Option<&str>) -> Result<Vec<Leaf>> {
+    if let Some(oids) = only {
+        lock_first(relation, oids);
+    }
     // Planned once per backend: steps read their leaves with it.
     let leaves: Option<Vec<Leaf>> = query_json_kept(
         &"WITH l(relid) AS (
@@ -179,6 +194,32 @@ fn describe(relation: u32, only: Option<&[u32]>, age_column: Option<&str>) -> Re
         ],
     )?;
     leaves.ok_or_else(|| returned_nothing("listing a table's leaves"))
+}
+
+/// Takes the ACCESS SHARE locks that printing the bounds of `oids` takes anyway (`pg_get_expr`
+/// locks the relation it prints for: the leaf and the tables above it), on `relation` first
+/// and then on each of `oids`, before the statement that describes them. Taken inside that
+/// statement, a lock that waits for another session's DETACH PARTITION or DROP TABLE of a leaf
+/// is granted after its snapshot was taken: the leaf would be described half as it was (a
+/// partition, with its parent and bound) and half as it is (no longer under the table), and
+/// one gone would be named by a run step that fails on it. Taken here, the statement's
+/// snapshot is taken after every wait, and a leaf detached or dropped meanwhile is no longer
+/// listed: the run goes on without it. Held until the transaction ends, as the statement's
+/// own would be; a leaf that no longer exists keeps no lock.
+fn lock_first(relation: u32, oids: &[u32]) {
+    let share = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    for &oid in std::iter::once(&relation).chain(oids.iter().filter(|&&o| o != relation)) {
+        let id = pg_sys::Oid::from(oid);
+        // Safety: lock-manager and syscache calls on a relation id, in a transaction (an ERROR
+        // inside, a lock timeout or a cancel, becomes a Rust panic that pgrx raises again). A
+        // lock on an id whose relation is gone is let go at once.
+        unsafe {
+            pg_sys::LockRelationOid(id, share);
+            if pg_sys::get_rel_relkind(id) == 0 {
+                pg_sys::UnlockRelationOid(id, share);
+            }
+        }
+    }
 }
 
 /// A bound value as printed in a partition bound (`'2026-01-02 00:00:00+00'`, `42`), as the

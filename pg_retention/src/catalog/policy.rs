@@ -230,6 +230,10 @@ pub struct PolicySpec {
     /// For `orphan`: the lease table's column saying until when a lease lives.
     #[serde(default)]
     pub lease_expiry: Option<String>,
+    /// The schemas a delete policy's deletes search (the table's own triggers resolve their
+    /// unqualified names through them); None: pg_catalog only.
+    #[serde(default)]
+    pub search_path: Option<Vec<String>>,
     /// Whether sweeps run it.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -267,7 +271,7 @@ impl std::ops::Deref for Policy {
 /// and the columns of `retention.policy_versions`. The statements below are built from this
 /// list; `a_policy_field_has_one_definition` fails when the SQL surface, the spec or the
 /// catalog disagree with it.
-pub const FIELDS: [(&str, &str); 18] = [
+pub const FIELDS: [(&str, &str); 19] = [
     ("kind", "text"),
     ("age_column", "text"),
     ("older_than", "interval"),
@@ -286,6 +290,7 @@ pub const FIELDS: [(&str, &str); 18] = [
     ("lease_table", "regclass"),
     ("lease_key", "text[]"),
     ("lease_expiry", "text"),
+    ("search_path", "text[]"),
 ];
 
 /// `v.<field>` for each field, as [`PolicySpec`] reads it (intervals as text).
@@ -371,6 +376,31 @@ impl Policy {
             ],
         )?;
         Ok(other.map(|o| (o.name, o.action)))
+    }
+
+    /// Another live delete policy on table `relation` (or its partition tree) that a delete
+    /// policy of kind `ranked` (keep_latest, versions) or not cannot share it with: any, for a
+    /// ranked one; a ranked one, otherwise. Its name and kind.
+    pub fn other_delete_policy(
+        relation: u32,
+        policy_id: Option<i64>,
+        ranked: bool,
+    ) -> Result<Option<(String, Kind)>> {
+        #[derive(Deserialize)]
+        struct Other {
+            name: String,
+            kind: Kind,
+        }
+        let other: Option<Other> = query_json(
+            "SELECT to_jsonb(x) FROM (
+                 SELECT p.name, p.kind FROM retention.policies p
+                  WHERE p.relation::oid IN (SELECT retention._tree_of($1::bigint::oid))
+                    AND p.id IS DISTINCT FROM $2 AND p.action = 'delete'
+                    AND ($3 OR p.kind IN ('keep_latest', 'versions'))
+                  ORDER BY p.name LIMIT 1) x",
+            &[i64::from(relation).into(), policy_id.into(), ranked.into()],
+        )?;
+        Ok(other.map(|o| (o.name, o.kind)))
     }
 
     /// The live policy named `name`.
@@ -549,6 +579,7 @@ mod tests {
             lease_table: None,
             lease_key: None,
             lease_expiry: None,
+            search_path: None,
             enabled: true,
         };
         let keys: Vec<String> = serde_json::to_value(&spec)

@@ -22,6 +22,8 @@ pub struct Column {
 pub struct Reference {
     /// Referencing table, quoted and always schema-qualified.
     pub child: String,
+    /// Its oid.
+    pub child_oid: u32,
     /// Referencing columns.
     pub child_cols: Vec<String>,
     /// Referenced columns of this table, in the same order.
@@ -77,6 +79,7 @@ SELECT jsonb_build_object(
     'referenced_by', (SELECT coalesce(jsonb_agg(jsonb_build_object(
                         'child', (SELECT format('%I.%I', n.nspname, cc.relname) FROM pg_class cc JOIN pg_namespace n ON n.oid = cc.relnamespace
                                    WHERE cc.oid = con.conrelid),
+                        'child_oid', con.conrelid::bigint,
                         'child_cols', (SELECT jsonb_agg(a.attname ORDER BY k.ord)
                                          FROM unnest(con.conkey) WITH ORDINALITY k(attnum, ord)
                                          JOIN pg_attribute a ON a.attrelid = con.conrelid AND a.attnum = k.attnum),

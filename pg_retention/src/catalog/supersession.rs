@@ -128,6 +128,23 @@ impl Supersession {
         })
     }
 
+    /// Whether the archive's objects expired, read after locking its record until the
+    /// transaction ends: `retention.expire_record` takes the same lock before it marks an
+    /// archive expired, so a rewrite is recorded either before an expiry completes (which then
+    /// sees it) or after (and sees the expiry here).
+    pub fn archive_expired(&self) -> Result<bool> {
+        Spi::run_with_args(
+            "SELECT 1 FROM retention.archive_records WHERE id = $1 FOR NO KEY UPDATE",
+            &[self.archive_id.into()],
+        )?;
+        // A statement of its own: it reads what committed while the lock was waited for.
+        optional_one::<bool, _>(
+            "SELECT EXISTS (SELECT 1 FROM retention.archive_expirations WHERE archive_id = $1)",
+            &[self.archive_id.into()],
+        )?
+        .ok_or_else(|| returned_nothing("an archive's expiry"))
+    }
+
     /// A pending supersession with nothing to rewrite: unaffected, for `reason`.
     pub fn mark_unaffected(&self, reason: &str) -> Result<()> {
         Spi::run_with_args(

@@ -7,6 +7,7 @@
 //! ranked rows forward. `entity` policies are selected and deleted a whole group at a time.
 
 use crate::catalog::{prepared, Action, Hold, Kind, Leaf, Policy, PolicySpec, RelationInfo};
+use crate::engine::references::References;
 use crate::error::{present, Result, RetentionError};
 use crate::sql_text::{ident, literal, predicate};
 use pgrx::prelude::*;
@@ -156,6 +157,15 @@ pub struct Eligibility<'a> {
     /// For `orphan`: true when the row `t`'s owning lease is dead (no lease row with its key
     /// lives now).
     lease_dead: Option<String>,
+    /// The foreign keys that reference the table, as deleting its rows must treat them.
+    references: References,
+}
+
+/// Whether every row a foreign key references is kept whatever the key's ON DELETE action:
+/// for archive policies (a cascade would delete rows no archive holds) and `unreferenced`
+/// policies (references are what they decide by).
+pub fn keeps_every_referenced_row(policy: &Policy) -> bool {
+    policy.action == Action::ArchiveThenDelete || policy.kind == Kind::Unreferenced
 }
 
 /// The quoted age and order columns of `policy`, refusing a policy whose kind needs one it
@@ -219,6 +229,7 @@ impl<'a> Eligibility<'a> {
             Kind::Orphan => Some(lease_dead(policy)?),
             _ => None,
         };
+        let references = References::load(rel, keeps_every_referenced_row(policy))?;
         Ok(Eligibility {
             policy,
             rel,
@@ -230,6 +241,7 @@ impl<'a> Eligibility<'a> {
             leaf: None,
             stream,
             lease_dead,
+            references,
         })
     }
 
@@ -286,7 +298,9 @@ impl<'a> Eligibility<'a> {
     /// Runs `f` with the privileges of the policy's owner (see `author.rs`): every statement
     /// built here evaluates the owner's predicates and runs inside this.
     pub fn as_owner<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        crate::author::run_as(self.policy.owner, f)
+        crate::author::run_as(self.policy.owner, || {
+            crate::engine::search_path::within(self.policy.search_path.as_deref(), f)
+        })
     }
 
     /// How many rows are eligible under `guards`, counted as the policy's owner.
@@ -297,6 +311,18 @@ impl<'a> Eligibility<'a> {
                 "count(*)",
             )
         })
+    }
+
+    /// Eligible rows (before any guard) that rows referencing them keep; None when no foreign
+    /// key can keep one (engine/references.rs). What preview reports as `referenced` and a
+    /// run's close ledgers as `reference_skip`.
+    pub fn referenced_count(&self) -> Result<Option<i64>> {
+        if self.references.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.count(Guards::NONE)? - self.count(Guards::REFERENCES)?,
+        ))
     }
 
     /// Eligible rows (references and consumers guarded, holds not) matching each active hold,
@@ -439,27 +465,10 @@ impl<'a> Eligibility<'a> {
             .filter(move |h| h.leaves.as_ref().is_none_or(|l| l.contains(&oid)))
     }
 
-    /// True when the row, addressed as `alias`, is referenced by a foreign key.
+    /// True when the row, addressed as `alias`, is kept by a row that references it through
+    /// a foreign key (engine/references.rs).
     fn referenced(&self, alias: &str) -> Option<String> {
-        if self.rel.referenced_by.is_empty() {
-            return None;
-        }
-        let parts: Vec<String> = self
-            .rel
-            .referenced_by
-            .iter()
-            .map(|r| {
-                let on = r
-                    .child_cols
-                    .iter()
-                    .zip(&r.parent_cols)
-                    .map(|(c, p)| format!("__c.{} = {alias}.{}", ident(c), ident(p)))
-                    .collect::<Vec<_>>()
-                    .join(" AND ");
-                format!("EXISTS (SELECT 1 FROM {} __c WHERE {on})", r.child)
-            })
-            .collect();
-        Some(format!("({})", parts.join(" OR ")))
+        self.references.kept(alias)
     }
 
     /// Whether pull consumers can pin rows of this policy.
@@ -505,13 +514,18 @@ impl<'a> Eligibility<'a> {
         }
     }
 
-    /// Deterministic newest-first order within a group: the order column, then the primary key.
+    /// Deterministic newest-first order within a group: the order column, then the primary key
+    /// (on a table without one, the row's place: its leaf and tid).
     fn newest_first(&self) -> String {
         let mut parts = vec![format!(
             "{} DESC NULLS LAST",
             self.order.as_deref().unwrap_or_default()
         )];
-        parts.extend(self.rel.pk.iter().map(|c| format!("{} DESC", ident(c))));
+        if self.rel.pk.is_empty() {
+            parts.push("tableoid DESC, ctid DESC".into());
+        } else {
+            parts.extend(self.rel.pk.iter().map(|c| format!("{} DESC", ident(c))));
+        }
         parts.join(", ")
     }
 

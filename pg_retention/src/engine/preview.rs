@@ -28,6 +28,10 @@ pub struct Preview {
     pub partitions_to_drop: i64,
     /// Eligible, unreferenced rows kept because a live pull consumer pins them.
     pub pinned: i64,
+    /// Eligible rows kept by rows that reference them through foreign keys (NO ACTION,
+    /// RESTRICT, or a cascade that would reach a held or referenced row:
+    /// engine/references.rs).
+    pub referenced: i64,
 }
 
 /// A partition the next run would drop whole.
@@ -133,7 +137,69 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
         archive_bytes_estimate,
         partitions_to_drop,
         pinned: unreferenced - unpinned,
+        referenced: eligible - unreferenced,
     })
+}
+
+/// What the next `CALL retention.run()` deletes from table `relation` by all its delete
+/// policies together (the union of what each deletes: preview's per-policy figures count a row
+/// every policy that would delete it makes eligible). Each policy in the run's order takes its
+/// deletable rows that an earlier one did not, up to its cap; partitions dropped whole are
+/// counted as their rows. None when fewer than two enabled delete policies govern the table
+/// (the total is then the one policy's `would_delete`).
+pub fn table_would_delete(relation: u32) -> Result<Option<i64>> {
+    let order: Vec<i64> = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT o.id FROM retention._run_order(NULL) o
+                   JOIN retention.policies p ON p.id = o.id
+                  WHERE p.relation::oid IN (SELECT retention._tree_of($1::bigint::oid))",
+                None,
+                &[i64::from(relation).into()],
+            )?
+            .map(|row| Ok(row.get::<i64>(1)?.unwrap_or_default()))
+            .collect::<std::result::Result<Vec<_>, pgrx::spi::SpiError>>()
+    })?;
+    if order.len() < 2 {
+        return Ok(None);
+    }
+    let mut taken = std::collections::HashSet::new();
+    for id in order {
+        let Some(policy) = Policy::by_id(id)? else {
+            continue;
+        };
+        let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+        let holds = active_holds(policy.relation)?;
+        let elig = Eligibility::new(&policy, &rel, &holds)?;
+        // A row's place: its tid, and on a partitioned table its leaf.
+        let place = if rel.partitioned() {
+            "e.__ctid::text || '@' || e.__rel::text"
+        } else {
+            "e.__ctid::text"
+        };
+        let rows: Vec<String> = elig.as_owner(|| {
+            Ok(Spi::connect(|client| {
+                client
+                    .select(
+                        &format!("SELECT {place} FROM ({}) e", elig.rows(Guards::ALL)),
+                        None,
+                        &[],
+                    )?
+                    .map(|row| Ok(row.get::<String>(1)?.unwrap_or_default()))
+                    .collect::<std::result::Result<Vec<_>, pgrx::spi::SpiError>>()
+            })?)
+        })?;
+        let mut budget = policy.max_rows_per_run;
+        for row in rows {
+            if budget <= 0 {
+                break;
+            }
+            if taken.insert(row) {
+                budget -= 1;
+            }
+        }
+    }
+    Ok(Some(taken.len() as i64))
 }
 
 /// Deletable rows times the mean size of real frames encoded from a sample of them.

@@ -113,12 +113,14 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
             "Register the policy on the table that holds the rows.",
         ));
     }
-    if rel.pk.is_empty() {
+    let archive = spec.action == Action::ArchiveThenDelete;
+    // Delete policies address rows by their physical identity within each statement; only
+    // archive batches are key ranges.
+    if archive && rel.pk.is_empty() {
         return Err(RetentionError::NoPrimaryKey {
             relation: rel.qualified.clone(),
         });
     }
-    let archive = spec.action == Action::ArchiveThenDelete;
     if let Some(privilege) = crate::author::missing_privilege(caller_oid(), rel.oid)? {
         return Err(RetentionError::Privilege {
             message: format!(
@@ -129,6 +131,9 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
                 .into(),
         });
     }
+    crate::author::ensure_sees_every_row(caller_oid(), rel.oid, &rel.qualified)?;
+    crate::engine::search_path::validate(spec, &rel)?;
+    crate::engine::search_path::notice_unpinned_triggers(spec, &rel)?;
     let kind_name = kind.as_str();
     match kind {
         Kind::Age | Kind::Entity | Kind::Unreferenced | Kind::Orphan => {
@@ -163,6 +168,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
             "Drop min_keep, or use kind => 'versions' (keep versions, at least min_keep past the window).",
         ));
     }
+    check_no_effect(spec)?;
     check_floors(spec)?;
     if let Some(min_keep) = spec.min_keep {
         if min_keep < 0 || spec.keep.is_some_and(|k| min_keep > k) {
@@ -248,6 +254,83 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         ));
     }
     Ok(rel)
+}
+
+/// Refuses (22023) an option given where it has no effect: a policy must do what it says, and
+/// an option the kind ignores would let a reader believe a rule holds that none enforces.
+fn check_no_effect(spec: &PolicySpec) -> Result<()> {
+    let kind = spec.kind;
+    let ranked = matches!(kind, Kind::KeepLatest | Kind::Versions);
+    let refuse = |option: &str, why: String, hint: &str| {
+        Err(RetentionError::invalid(
+            format!("{option} has no effect on a {kind} policy"),
+            why,
+            hint.to_owned(),
+        ))
+    };
+    if kind == Kind::KeepLatest && spec.older_than.is_some() {
+        return refuse(
+            "older_than",
+            "keep_latest deletes by rank alone.".into(),
+            "To delete only rows both past the window and ranked past N, use kind => 'versions' with keep => 2147483647, min_keep => N and older_than.",
+        );
+    }
+    if kind == Kind::Versions && spec.older_than.is_none() {
+        if spec.min_keep.is_some() {
+            return refuse(
+                "min_keep",
+                "min_keep is the floor of versions deleted for their age; without older_than none is.".into(),
+                "Give older_than (and age_column) too, or drop min_keep.",
+            );
+        }
+        if spec.age_column.is_some() {
+            return refuse(
+                "age_column",
+                "A versions policy reads its age column only with older_than.".into(),
+                "Give older_than too, or drop age_column.",
+            );
+        }
+    }
+    if kind == Kind::KeepLatest && spec.age_column.is_some() {
+        return refuse(
+            "age_column",
+            "keep_latest deletes by rank alone.".into(),
+            "Drop age_column, or use kind => 'versions' with older_than.",
+        );
+    }
+    if !ranked && (spec.keep.is_some() || spec.min_keep.is_some()) {
+        return refuse(
+            if spec.keep.is_some() {
+                "keep"
+            } else {
+                "min_keep"
+            },
+            "Only keep_latest and versions policies keep rows by rank.".into(),
+            "Drop it, or use kind => 'keep_latest' or 'versions'.",
+        );
+    }
+    if !ranked && kind != Kind::Entity && spec.group_by.is_some() {
+        return refuse(
+            "group_by",
+            format!("A {kind} policy decides row by row."),
+            "Drop group_by, or use kind => 'keep_latest', 'versions' or 'entity'.",
+        );
+    }
+    if spec.keep_floor.is_some() && !ranked {
+        return refuse(
+            "keep_floor",
+            "A keep floor bounds keep and min_keep, which only ranked kinds have.".into(),
+            "Drop keep_floor.",
+        );
+    }
+    if spec.window_floor.is_some() && spec.older_than.is_none() {
+        return refuse(
+            "window_floor",
+            "A window floor bounds older_than, which this policy does not have.".into(),
+            "Drop window_floor, or give older_than.",
+        );
+    }
+    Ok(())
 }
 
 /// Refuses a column of `rel` that is not a point in time (an age or an expiry).

@@ -11,6 +11,10 @@ use serde_json::json;
 /// Records a step that raised an error and ends the run.
 pub fn failed(state: SweepState, message: &str, sqlstate: &str) -> Result<SweepState> {
     let policy = Policy::by_id(state.policy_id)?;
+    let note = policy.as_ref().and_then(|p| {
+        crate::engine::search_path::failure_note(p.relation, sqlstate, p.search_path.as_deref())
+    });
+    let message = &format!("{message}{}", note.unwrap_or_default());
     state.ledger(
         LedgerMethod::Error,
         policy.as_ref(),
@@ -40,12 +44,23 @@ pub fn finish(mut state: SweepState) -> Result<SweepState> {
     }
     let mut backlog = 0i64;
     let mut hold_detail = serde_json::Value::Null;
+    let mut referenced = 0i64;
     if let Ok(rel) = RelationInfo::load(policy.relation, &policy.relation_name) {
         let holds = active_holds(policy.relation)?;
         if state.outcome != Outcome::Error {
             let elig = Eligibility::new(&policy, &rel, &holds)?;
             if !holds.is_empty() {
                 hold_detail = ledger_hold_skips(&elig, &policy, &state)?;
+            }
+            if let Some(rows) = elig.referenced_count()?.filter(|n| *n > 0) {
+                state.ledger(
+                    LedgerMethod::ReferenceSkip,
+                    Some(&policy),
+                    rows,
+                    vec![],
+                    json!({ "reason": "rows that reference them through foreign keys keep them" }),
+                )?;
+                referenced = rows;
             }
             if state.outcome == Outcome::Cap {
                 backlog = elig.count(Guards::ALL)?;
@@ -94,6 +109,7 @@ pub fn finish(mut state: SweepState) -> Result<SweepState> {
             "partitions_dropped": state.dropped,
             "backlog": backlog,
             "held": hold_detail,
+            "referenced": referenced,
             "paced": state.paced,
         }),
     )?;

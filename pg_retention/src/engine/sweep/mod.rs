@@ -26,8 +26,9 @@ use crate::catalog::retiring::RetiringLeaf;
 use crate::catalog::{
     partition, Action, Kind, Leaf, LedgerEntry, LedgerMethod, Policy, RelationInfo,
 };
-use crate::engine::eligible::{Eligibility, Guards};
+use crate::engine::eligible::{keeps_every_referenced_row, Eligibility, Guards};
 use crate::engine::pacing::{self, Adaptive};
+use crate::engine::references::Dependents;
 use crate::engine::retire::{self, Proving};
 use crate::engine::run_context::{self, RunContext};
 use crate::error::{present, Result, RetentionError};
@@ -123,6 +124,10 @@ pub struct SweepState {
     /// `retention._run_pace`); the worker times its own pauses.
     #[serde(skip)]
     pub pause: Option<(std::time::Instant, String)>,
+    /// Within a step: the tables its deletes change through foreign keys, and their rows
+    /// changed in this transaction before it (engine/references.rs), for its ledger entry.
+    #[serde(skip)]
+    pub dependents: Option<(Dependents, Vec<i64>)>,
 }
 
 fn new_run_id() -> Result<String> {
@@ -198,6 +203,7 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         paced: Adaptive::default(),
         token: 0,
         pause: None,
+        dependents: None,
     };
     let Some(policy) = policy else {
         return Ok(state.stop(Outcome::Skipped, "policy no longer exists"));
@@ -322,6 +328,13 @@ fn step_rows_or_leaves(mut state: SweepState) -> Result<SweepState> {
     if !policy.enabled {
         return Ok(state.stop(Outcome::Stopped, "policy was disabled during the run"));
     }
+    let dependents = Dependents::of(rel, keeps_every_referenced_row(policy))?;
+    state.dependents = if dependents.is_empty() {
+        None
+    } else {
+        let before = dependents.counts()?;
+        Some((dependents, before))
+    };
     if state.retire && state.cap > state.deleted {
         match retire_leaves(state, &ctx)? {
             Retiring::Done(next) => return Ok(next),
@@ -625,6 +638,14 @@ fn record_prune(
     state.deleted += rows;
     state.steps += 1;
     detail["batch"] = json!(state.steps);
+    if let Some((dependents, before)) = state.dependents.take() {
+        // The rows the step's cascades deleted and its SET NULL / SET DEFAULT keys updated.
+        let (changed, after) = dependents.since(&before)?;
+        if let Some(changed) = changed {
+            detail["dependents"] = changed;
+        }
+        state.dependents = Some((dependents, after));
+    }
     if ctx.policy.kind == Kind::Unreferenced {
         // The decision: every row deleted was referenced by no row of these tables, checked
         // in the deleting statement.
