@@ -66,7 +66,11 @@ CREATE FUNCTION retention.add_policy(
     lease_table regclass DEFAULT NULL,
     lease_key text[] DEFAULT NULL,
     lease_expiry text DEFAULT NULL,
-    search_path text[] DEFAULT NULL
+    search_path text[] DEFAULT NULL,
+    age_expression text DEFAULT NULL,
+    age_table regclass DEFAULT NULL,
+    age_table_column text DEFAULT NULL,
+    age_pick text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -76,7 +80,9 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run,
         'keep_floor', keep_floor, 'window_floor', window_floor::text,
         'archive_keep', archive_keep::text, 'lease_table', lease_table::oid::bigint,
-        'lease_key', lease_key, 'lease_expiry', lease_expiry, 'search_path', search_path)))::bigint;
+        'lease_key', lease_key, 'lease_expiry', lease_expiry, 'search_path', search_path,
+        'age_expression', age_expression, 'age_table', age_table::oid::bigint,
+        'age_table_column', age_table_column, 'age_pick', age_pick)))::bigint;
 $fn$;
 
 CREATE FUNCTION retention.alter_policy(
@@ -99,7 +105,11 @@ CREATE FUNCTION retention.alter_policy(
     lease_table regclass DEFAULT NULL,
     lease_key text[] DEFAULT NULL,
     lease_expiry text DEFAULT NULL,
-    search_path text[] DEFAULT NULL
+    search_path text[] DEFAULT NULL,
+    age_expression text DEFAULT NULL,
+    age_table regclass DEFAULT NULL,
+    age_table_column text DEFAULT NULL,
+    age_pick text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -109,7 +119,9 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'max_rows_per_run', max_rows_per_run, 'keep_floor', keep_floor,
         'window_floor', window_floor::text, 'archive_keep', archive_keep::text,
         'lease_table', lease_table::oid::bigint, 'lease_key', lease_key, 'lease_expiry', lease_expiry,
-        'search_path', search_path)))::bigint;
+        'search_path', search_path, 'age_expression', age_expression,
+        'age_table', age_table::oid::bigint, 'age_table_column', age_table_column,
+        'age_pick', age_pick)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -972,8 +984,8 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[]),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[]),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

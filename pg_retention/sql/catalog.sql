@@ -84,6 +84,12 @@ CREATE TABLE retention.policy_versions (
     -- The search_path a delete policy's deletes run with (the table's own triggers resolve
     -- their unqualified names through it; pg_temp last). NULL: pg_catalog, pg_temp.
     search_path      text[],
+    -- A clock other than age_column (engine/clock.rs): an expression over the row, or the
+    -- newest/oldest value of a column of the rows of another table that reference it.
+    age_expression   text,
+    age_table        regclass,
+    age_table_column text,
+    age_pick         text CHECK (age_pick IN ('newest', 'oldest')),
     PRIMARY KEY (policy_id, version)
 );
 

@@ -140,6 +140,10 @@ $drop$;
 
 -- The search_path a delete policy's deletes run with (engine/trigger_path.rs).
 ALTER TABLE retention.policy_versions ADD COLUMN search_path text[];
+-- Clocks other than a column (engine/clock.rs).
+ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN age_table regclass,
+    ADD COLUMN age_table_column text,
+    ADD COLUMN age_pick text CHECK (age_pick IN ('newest', 'oldest'));
 
 -- What retention.metrics() reports of each policy's table, kept between scrapes.
 CREATE TABLE retention.policy_gauges (
@@ -254,7 +258,8 @@ SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
-       v.lease_key, v.lease_expiry, v.search_path
+       v.lease_key, v.lease_expiry, v.search_path,
+       v.age_expression, v.age_table, v.age_table_column, v.age_pick
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -267,7 +272,8 @@ SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v
        v.older_than, v.scope, v.terminal, v.group_by, v.order_by, v.keep, v.min_keep, v.action,
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
-       v.lease_key, v.lease_expiry, v.search_path
+       v.lease_key, v.lease_expiry, v.search_path,
+       v.age_expression, v.age_table, v.age_table_column, v.age_pick
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -723,7 +729,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_consumer_status_wrapper';
 
--- pg_retention/src/api/policy.rs:355
+-- pg_retention/src/api/policy.rs:357
 -- pg_retention::api::policy::_define_policy
 CREATE OR REPLACE FUNCTION "_define_policy"(
 	"change" TEXT, /* & str */
@@ -793,7 +799,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_lift_hold_wrapper';
 
--- pg_retention/src/api/policy.rs:425
+-- pg_retention/src/api/policy.rs:427
 -- pg_retention::api::policy::_link_windows
 CREATE OR REPLACE FUNCTION "_link_windows"(
 	"producer" TEXT, /* & str */
@@ -805,7 +811,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_link_windows_wrapper';
 
--- pg_retention/src/api/policy.rs:334
+-- pg_retention/src/api/policy.rs:336
 -- pg_retention::api::policy::_lower_floor
 CREATE OR REPLACE FUNCTION "_lower_floor"(
 	"policy" TEXT, /* Option < & str > */
@@ -948,7 +954,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_served_wrapper';
 
--- pg_retention/src/api/policy.rs:390
+-- pg_retention/src/api/policy.rs:392
 -- pg_retention::api::policy::_set_policy_state
 CREATE OR REPLACE FUNCTION "_set_policy_state"(
 	"name" TEXT, /* & str */
@@ -1206,7 +1212,11 @@ CREATE OR REPLACE FUNCTION retention.add_policy(
     lease_table regclass DEFAULT NULL,
     lease_key text[] DEFAULT NULL,
     lease_expiry text DEFAULT NULL,
-    search_path text[] DEFAULT NULL
+    search_path text[] DEFAULT NULL,
+    age_expression text DEFAULT NULL,
+    age_table regclass DEFAULT NULL,
+    age_table_column text DEFAULT NULL,
+    age_pick text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -1216,7 +1226,9 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'batch_size', batch_size, 'max_rows_per_run', max_rows_per_run,
         'keep_floor', keep_floor, 'window_floor', window_floor::text,
         'archive_keep', archive_keep::text, 'lease_table', lease_table::oid::bigint,
-        'lease_key', lease_key, 'lease_expiry', lease_expiry, 'search_path', search_path)))::bigint;
+        'lease_key', lease_key, 'lease_expiry', lease_expiry, 'search_path', search_path,
+        'age_expression', age_expression, 'age_table', age_table::oid::bigint,
+        'age_table_column', age_table_column, 'age_pick', age_pick)))::bigint;
 $fn$;
 
 CREATE OR REPLACE FUNCTION retention.alter_policy(
@@ -1239,7 +1251,11 @@ CREATE OR REPLACE FUNCTION retention.alter_policy(
     lease_table regclass DEFAULT NULL,
     lease_key text[] DEFAULT NULL,
     lease_expiry text DEFAULT NULL,
-    search_path text[] DEFAULT NULL
+    search_path text[] DEFAULT NULL,
+    age_expression text DEFAULT NULL,
+    age_table regclass DEFAULT NULL,
+    age_table_column text DEFAULT NULL,
+    age_pick text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -1249,7 +1265,9 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'max_rows_per_run', max_rows_per_run, 'keep_floor', keep_floor,
         'window_floor', window_floor::text, 'archive_keep', archive_keep::text,
         'lease_table', lease_table::oid::bigint, 'lease_key', lease_key, 'lease_expiry', lease_expiry,
-        'search_path', search_path)))::bigint;
+        'search_path', search_path, 'age_expression', age_expression,
+        'age_table', age_table::oid::bigint, 'age_table_column', age_table_column,
+        'age_pick', age_pick)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -2112,8 +2130,8 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[]),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[]),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

@@ -169,11 +169,11 @@ pub fn ensure_owner_privileges(owner: u32, relation: u32, table: &str, policy: &
 /// superuser.
 pub fn ensure_sees_every_row(role: u32, relation: u32, table: &str) -> Result<()> {
     let filtered = Spi::get_one_with_args::<bool>(
-        "SELECT c.relrowsecurity
-                AND NOT (r.rolsuper OR r.rolbypassrls)
-                AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role(r.oid, c.relowner, 'USAGE'))
-           FROM pg_catalog.pg_class c, pg_catalog.pg_roles r
-          WHERE c.oid = $1::bigint::oid AND r.oid = $2::bigint::oid",
+        "SELECT (SELECT c.relrowsecurity
+                        AND NOT (r.rolsuper OR r.rolbypassrls)
+                        AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role(r.oid, c.relowner, 'USAGE'))
+                   FROM pg_catalog.pg_class c, pg_catalog.pg_roles r
+                  WHERE c.oid = $1::bigint::oid AND r.oid = $2::bigint::oid)",
         &[i64::from(relation).into(), i64::from(role).into()],
     )?;
     if filtered == Some(true) {

@@ -115,7 +115,7 @@ fn eligible_sql(spec: &PolicySpec) -> Option<String> {
     // The cutoff is now, at each update: not one fixed when a statement was planned.
     Some(age_condition(
         spec,
-        &ident(age),
+        &format!("t.{}", ident(age)),
         &format!("now() - {}::interval", literal(window)),
     ))
 }

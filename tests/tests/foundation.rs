@@ -102,8 +102,9 @@ async fn s3_server_enforces_create_only_writes() {
     assert_eq!(&body[..], b"first", "the occupant must be unchanged");
 }
 
-/// The PostgreSQL image's entry point (deploy/postgres-start, the Dockerfile's CMD), run without
-/// Docker on a scratch data directory: pg_retention preloaded, listening on every interface,
+/// A PostgreSQL container's entry point for images not built on the official one
+/// (deploy/postgres-start; the Dockerfile builds on the official image), run without Docker on a
+/// scratch data directory: pg_retention preloaded, listening on every interface,
 /// TCP clients by password only, the password set from POSTGRES_PASSWORD (quotes and all).
 #[test]
 fn the_postgres_images_entry_point_preloads_listens_and_requires_a_password() {

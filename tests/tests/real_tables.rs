@@ -640,3 +640,201 @@ fn policies_on_one_table_compose_and_preview_totals_the_table() {
         "the per-policy figures overlap: {sum} > {deleted}"
     );
 }
+
+#[test]
+fn a_tree_of_rows_that_cascades_to_itself_keeps_a_held_branch() {
+    let c = Cluster::start(&[]);
+    let (mut app, mut admin) = set_up(
+        &c,
+        "CREATE TABLE comments (id int PRIMARY KEY,
+                                parent_id int REFERENCES comments (id) ON DELETE CASCADE,
+                                at timestamptz NOT NULL);",
+    );
+    // 1 (old) with replies 2 (old) and 3 (new); 4 (old, alone); 5 (old) with reply 6 (old).
+    app.batch_execute(
+        "INSERT INTO comments VALUES (1, NULL, now() - interval '60 days'), (4, NULL, now() - interval '60 days'),
+                                     (5, NULL, now() - interval '60 days');
+         INSERT INTO comments VALUES (2, 1, now() - interval '50 days'), (3, 1, now()),
+                                     (6, 5, now() - interval '50 days');",
+    )
+    .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'comments', relation => 'comments', kind => 'age',
+                    age_column => 'at', older_than => '30 days');
+             SELECT retention.place_hold('comments', 'id = 3', 'dispute', 'legal');",
+        )
+        .unwrap();
+    // A cascade from a table to itself is a tree of unknown depth: with a hold on the table, a
+    // row with replies is kept (its cascade could reach the held reply); rows without go.
+    let would = scalar(
+        &mut admin,
+        "SELECT would_delete FROM retention.preview('comments')",
+    );
+    admin.batch_execute("CALL retention.run()").unwrap();
+    let left: Vec<i32> = admin
+        .query("SELECT id FROM comments ORDER BY id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        left,
+        vec![1, 3, 5],
+        "2, 4 and 6 go; 1 keeps its held reply 3"
+    );
+    assert_eq!(would, 3);
+    // Without replies, 5 goes at the next run; 1 stays while 3 is held.
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM comments"), 2);
+    // Without the hold, the old root goes and its new reply with it, as the key declares.
+    admin
+        .batch_execute(
+            "SELECT retention.lift_hold((SELECT max(id) FROM retention.holds), 'legal', 'settled')",
+        )
+        .unwrap();
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM comments"), 0);
+}
+
+#[test]
+fn a_finish_time_that_lives_in_another_table_or_an_expression_is_a_clock() {
+    let c = Cluster::start(&[]);
+    let (mut app, mut admin) = set_up(&c, JOBS);
+    // Jobs know their state, not when they finished: their events do. 60 jobs, job j's events
+    // j days old; jobs with j % 5 = 0 are still running.
+    fill_jobs(&mut app);
+    app.batch_execute(
+        "UPDATE job_events SET at = now() - make_interval(days => job_id::int) - make_interval(mins => id::int)",
+    )
+    .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'jobs', relation => 'jobs', kind => 'age',
+                    age_table => 'job_events', age_table_column => 'at', older_than => '30 days',
+                    terminal => $$state = 'done'$$)",
+        )
+        .unwrap();
+    let expected = scalar(
+        &mut admin,
+        "SELECT count(*) FROM jobs j WHERE state = 'done'
+            AND (SELECT max(at) FROM job_events e WHERE e.job_id = j.id) < now() - interval '30 days'",
+    );
+    assert!(expected > 0);
+    assert_eq!(
+        scalar(
+            &mut admin,
+            "SELECT would_delete FROM retention.preview('jobs')"
+        ),
+        expected
+    );
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(
+        scalar(&mut admin, "SELECT count(*) FROM jobs"),
+        60 - expected
+    );
+    assert_eq!(
+        scalar(
+            &mut admin,
+            "SELECT count(*) FROM jobs WHERE state = 'running'"
+        ),
+        12,
+        "running jobs stay whatever their events' age"
+    );
+    assert_eq!(
+        scalar(&mut admin, "SELECT count(*) FROM job_events"),
+        3 * (60 - expected),
+        "finished jobs went with their events, through the cascade"
+    );
+    // The clock must be a time read through the table's one key to it.
+    let (state, _) = expect_error(
+        &mut admin,
+        "SELECT retention.add_policy(name => 'x', relation => 'jobs', kind => 'age',
+                age_table => 'job_events', age_table_column => 'kind', older_than => '1 day')",
+    );
+    assert_eq!(state, "42804");
+
+    // An expression over the row.
+    c.execute(
+        "postgres",
+        "CREATE TABLE runs (id int PRIMARY KEY, finished_at timestamptz, updated_at timestamptz NOT NULL)",
+    );
+    c.grant_app_and_admin("postgres");
+    app.batch_execute(
+        "INSERT INTO runs SELECT g, CASE WHEN g % 2 = 0 THEN now() - make_interval(days => g) END,
+                                 now() - make_interval(days => 2 * g) FROM generate_series(1, 40) g",
+    )
+    .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'runs', relation => 'runs', kind => 'age',
+                    age_expression => 'coalesce(finished_at, updated_at)', older_than => '20 days')",
+        )
+        .unwrap();
+    let expected = scalar(
+        &mut admin,
+        "SELECT count(*) FROM runs WHERE coalesce(finished_at, updated_at) < now() - interval '20 days'",
+    );
+    admin.batch_execute("CALL retention.run('runs')").unwrap();
+    assert_eq!(
+        scalar(&mut admin, "SELECT count(*) FROM runs"),
+        40 - expected
+    );
+    for (expression, state) in [
+        ("finished_at IS NULL", "RT101"),
+        ("(SELECT max(at) FROM job_events)", "RT101"),
+        ("coalesce(finished_at, clock_timestamp())", "RT101"),
+    ] {
+        let (found, message) = expect_error(
+            &mut admin,
+            &format!(
+                "SELECT retention.add_policy(name => 'bad', relation => 'runs', kind => 'age',
+                        age_expression => $${expression}$$, older_than => '1 day')"
+            ),
+        );
+        assert_eq!(found, state, "{expression}: {message}");
+    }
+}
+
+#[test]
+fn a_table_deferrable_keys_reference_is_swept_as_django_declares_them() {
+    let c = Cluster::start(&[]);
+    // Django declares every foreign key DEFERRABLE INITIALLY DEFERRED.
+    let (mut app, mut admin) = set_up(
+        &c,
+        "CREATE TABLE invoices (id int PRIMARY KEY, at timestamptz NOT NULL);
+         CREATE TABLE payments (id int PRIMARY KEY,
+                                invoice_id int REFERENCES invoices DEFERRABLE INITIALLY DEFERRED);
+         CREATE TABLE notes (id int PRIMARY KEY,
+                             invoice_id int REFERENCES invoices ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED);",
+    );
+    app.batch_execute(
+        "INSERT INTO invoices SELECT g, now() - interval '400 days' FROM generate_series(1, 20) g;
+         INSERT INTO payments SELECT g, g FROM generate_series(1, 5) g;
+         INSERT INTO notes SELECT g, g FROM generate_series(1, 20) g;",
+    )
+    .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'invoices', relation => 'invoices', kind => 'age',
+                    age_column => 'at', older_than => '365 days')",
+        )
+        .unwrap();
+    assert_eq!(
+        scalar(
+            &mut admin,
+            "SELECT would_delete FROM retention.preview('invoices')"
+        ),
+        15
+    );
+    admin.batch_execute("CALL retention.run()").unwrap();
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM invoices"), 5);
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM notes"), 5);
+    assert_eq!(
+        scalar(
+            &mut admin,
+            "SELECT count(*) FROM retention.ledger WHERE method = 'error'"
+        ),
+        0
+    );
+}

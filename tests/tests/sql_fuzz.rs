@@ -209,7 +209,7 @@ const POLICIES: [Policy; 4] = [
     },
     Policy {
         name: "fuzz_latest",
-        add: "relation => 'public.fuzz_plain', kind => 'keep_latest', group_by => '{tenant}',
+        add: "relation => 'public.fuzz_ranked', kind => 'keep_latest', group_by => '{tenant}',
               order_by => 'created_at', keep => 5",
     },
     Policy {
@@ -233,6 +233,8 @@ const SCHEMA: &str = "
     CREATE TABLE fuzz_plain (id int PRIMARY KEY, tenant int NOT NULL,
                              created_at timestamptz NOT NULL, note text);
     CREATE INDEX ON fuzz_plain (created_at);
+    -- A ranked policy governs its table alone.
+    CREATE TABLE fuzz_ranked (LIKE fuzz_plain INCLUDING ALL);
     CREATE TABLE fuzz_parted (id int NOT NULL, created_at timestamptz NOT NULL, note text,
                               PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at);
     CREATE TABLE fuzz_parted_old PARTITION OF fuzz_parted
@@ -242,7 +244,7 @@ const SCHEMA: &str = "
     CREATE TABLE fuzz_parted_default PARTITION OF fuzz_parted DEFAULT;
     CREATE TABLE fuzz_enum (id bigint PRIMARY KEY, state fuzz_state NOT NULL,
                             created_at timestamptz, payload jsonb);
-    GRANT SELECT, UPDATE, DELETE ON fuzz_plain, fuzz_parted, fuzz_enum TO fuzzer;
+    GRANT SELECT, UPDATE, DELETE ON fuzz_plain, fuzz_ranked, fuzz_parted, fuzz_enum TO fuzzer;
     CREATE TABLE fuzz_gone (id int PRIMARY KEY);";
 
 /// Refills the application tables (rows the fuzzing deleted come back; existing rows stay).
@@ -250,6 +252,7 @@ const REFILL: &str = "
     INSERT INTO fuzz_plain
          SELECT g, g % 4, timestamptz '2026-01-01' - g * interval '12 hours', repeat('n', g % 7)
            FROM generate_series(1, 200) g ON CONFLICT DO NOTHING;
+    INSERT INTO fuzz_ranked SELECT * FROM fuzz_plain ON CONFLICT DO NOTHING;
     INSERT INTO fuzz_parted
          SELECT g, timestamptz '2019-06-01' + g * interval '5 days', 'p' || g
            FROM generate_series(1, 200) g ON CONFLICT DO NOTHING;

@@ -140,6 +140,10 @@ $drop$;
 
 -- The search_path a delete policy's deletes run with (engine/trigger_path.rs).
 ALTER TABLE retention.policy_versions ADD COLUMN search_path text[];
+-- Clocks other than a column (engine/clock.rs).
+ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN age_table regclass,
+    ADD COLUMN age_table_column text,
+    ADD COLUMN age_pick text CHECK (age_pick IN ('newest', 'oldest'));
 
 -- What retention.metrics() reports of each policy's table, kept between scrapes.
 CREATE TABLE retention.policy_gauges (

@@ -7,6 +7,7 @@ pub mod archive;
 pub mod consumer;
 pub mod erasure;
 pub mod hold;
+pub mod metric_labels;
 pub mod metrics;
 pub mod policy;
 pub mod preview;

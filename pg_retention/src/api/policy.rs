@@ -117,8 +117,10 @@ fn check_composition(policy_id: Option<i64>, spec: &PolicySpec, rel: &RelationIn
     };
     Err(RetentionError::invalid(
         format!(
-            "{} already has delete policy {other} ({other_kind}); a {} policy on it would delete rows another keeps",
-            rel.qualified, spec.kind
+            "{} already has delete policy {other} ({other_kind}); {} {} policy on it would delete rows another keeps",
+            rel.qualified,
+            crate::engine::validate::article(spec.kind),
+            spec.kind
         ),
         format!(
             "{keeper} keeps rows by rank, and {other_name} would delete them anyway: policies on one table add up to a union."

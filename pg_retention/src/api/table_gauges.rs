@@ -64,20 +64,20 @@ fn measure(policy_id: i64) -> Result<Option<Measured>> {
     if !policy.kind.by_age() || !policy.enabled {
         return Ok(None);
     }
-    let Some(age) = policy.age_column.as_deref() else {
+    if crate::engine::clock::declared(&policy) == 0 {
         return Ok(None);
-    };
+    }
     let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
     let holds = active_holds(rel.oid)?;
     // Every guard but the age bound: the rows that are deletable now or will be with time.
     let candidates = Eligibility::with_cutoff(&policy, &rel, &holds, "'infinity'")?;
     let condition = candidates.age_predicate(Guards::ALL);
     let table = &rel.qualified;
-    let age = crate::sql_text::ident(age);
+    let age = candidates.age_of("t");
     let (oldest, oldest_epoch) = candidates.as_owner(|| {
         Ok(Spi::get_two::<TimestampWithTimeZone, f64>(&format!(
             "SELECT o, extract(epoch FROM o)::float8
-               FROM (SELECT min(t.{age})::timestamptz AS o FROM {table} t WHERE {condition}) m"
+               FROM (SELECT min({age})::timestamptz AS o FROM {table} t WHERE {condition}) m"
         ))?)
     })?;
     let eligible_rows = if policy.action == Action::ArchiveThenDelete {

@@ -71,7 +71,7 @@ fn overdue(policy_id: i64, grace: &str) -> Result<Option<String>> {
     let Some(window) = policy.spec.older_than.clone() else {
         return Ok(None);
     };
-    if policy.spec.age_column.is_none() {
+    if crate::engine::clock::declared(&policy.spec) == 0 {
         return Ok(None);
     }
     let rel = match RelationInfo::load(policy.relation, &policy.relation_name) {

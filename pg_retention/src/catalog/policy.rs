@@ -171,7 +171,7 @@ pub fn check_names(definition: &serde_json::Value) -> Result<()> {
         Action::parse(action)?;
     }
     // Arrays of names: a NULL element names nothing (22004, not a decode failure).
-    for field in ["group_by", "lease_key"] {
+    for field in ["group_by", "lease_key", "search_path"] {
         if let Some(items) = definition.get(field).and_then(serde_json::Value::as_array) {
             if items.iter().any(serde_json::Value::is_null) {
                 return Err(RetentionError::NullArgument(field));
@@ -234,6 +234,18 @@ pub struct PolicySpec {
     /// unqualified names through them); None: pg_catalog only.
     #[serde(default)]
     pub search_path: Option<Vec<String>>,
+    /// A row's time as an expression over it, instead of `age_column` (engine/clock.rs).
+    #[serde(default)]
+    pub age_expression: Option<String>,
+    /// A row's time read from the rows of this table that reference it (oid) ...
+    #[serde(default)]
+    pub age_table: Option<u32>,
+    /// ... from this column of theirs ...
+    #[serde(default)]
+    pub age_table_column: Option<String>,
+    /// ... their newest (default) or oldest value.
+    #[serde(default)]
+    pub age_pick: Option<String>,
     /// Whether sweeps run it.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -271,7 +283,7 @@ impl std::ops::Deref for Policy {
 /// and the columns of `retention.policy_versions`. The statements below are built from this
 /// list; `a_policy_field_has_one_definition` fails when the SQL surface, the spec or the
 /// catalog disagree with it.
-pub const FIELDS: [(&str, &str); 19] = [
+pub const FIELDS: [(&str, &str); 23] = [
     ("kind", "text"),
     ("age_column", "text"),
     ("older_than", "interval"),
@@ -291,6 +303,10 @@ pub const FIELDS: [(&str, &str); 19] = [
     ("lease_key", "text[]"),
     ("lease_expiry", "text"),
     ("search_path", "text[]"),
+    ("age_expression", "text"),
+    ("age_table", "regclass"),
+    ("age_table_column", "text"),
+    ("age_pick", "text"),
 ];
 
 /// `v.<field>` for each field, as [`PolicySpec`] reads it (intervals as text).
@@ -323,6 +339,14 @@ fn current() -> &'static str {
     })
 }
 
+/// Another policy on a table, as [`Policy::other_on_tree`] finds it.
+#[derive(Deserialize)]
+struct Other {
+    name: String,
+    action: Action,
+    kind: Kind,
+}
+
 impl Policy {
     /// Whether a live policy is named `name`.
     pub fn name_taken(name: &str) -> Result<bool> {
@@ -351,29 +375,18 @@ impl Policy {
         Ok(())
     }
 
-    /// The first (by name) other live policy on table `relation` whose action is not
-    /// `action`: the table's class is the other one.
+    /// The first (by name) other live policy on table `relation` (or its partition tree) whose
+    /// action is not `action`: the table's class is the other one.
     pub fn other_class(
         relation: u32,
         policy_id: Option<i64>,
         action: Action,
     ) -> Result<Option<(String, Action)>> {
-        #[derive(Deserialize)]
-        struct Other {
-            name: String,
-            action: Action,
-        }
-        let other: Option<Other> = query_json(
-            "SELECT to_jsonb(x) FROM (
-                 SELECT p.name, p.action FROM retention.policies p
-                  WHERE p.relation::oid IN (SELECT retention._tree_of($1::bigint::oid))
-                    AND p.id IS DISTINCT FROM $2 AND p.action <> $3
-                  ORDER BY p.name LIMIT 1) x",
-            &[
-                i64::from(relation).into(),
-                policy_id.into(),
-                action.as_str().into(),
-            ],
+        let other = Self::other_on_tree(
+            relation,
+            policy_id,
+            "p.action <> $3",
+            action.as_str().into(),
         )?;
         Ok(other.map(|o| (o.name, o.action)))
     }
@@ -386,21 +399,34 @@ impl Policy {
         policy_id: Option<i64>,
         ranked: bool,
     ) -> Result<Option<(String, Kind)>> {
-        #[derive(Deserialize)]
-        struct Other {
-            name: String,
-            kind: Kind,
-        }
-        let other: Option<Other> = query_json(
-            "SELECT to_jsonb(x) FROM (
-                 SELECT p.name, p.kind FROM retention.policies p
-                  WHERE p.relation::oid IN (SELECT retention._tree_of($1::bigint::oid))
-                    AND p.id IS DISTINCT FROM $2 AND p.action = 'delete'
-                    AND ($3 OR p.kind IN ('keep_latest', 'versions'))
-                  ORDER BY p.name LIMIT 1) x",
-            &[i64::from(relation).into(), policy_id.into(), ranked.into()],
+        let other = Self::other_on_tree(
+            relation,
+            policy_id,
+            "p.action = 'delete' AND ($3 OR p.kind IN ('keep_latest', 'versions'))",
+            ranked.into(),
         )?;
         Ok(other.map(|o| (o.name, o.kind)))
+    }
+
+    /// The first (by name) live policy on table `relation` or its partition tree, other than
+    /// `policy_id`, that meets `condition` (SQL over `p`, a row of `retention.policies`, with
+    /// `argument` as `$3`).
+    fn other_on_tree(
+        relation: u32,
+        policy_id: Option<i64>,
+        condition: &str,
+        argument: pgrx::datum::DatumWithOid<'_>,
+    ) -> Result<Option<Other>> {
+        query_json(
+            &format!(
+                "SELECT to_jsonb(x) FROM (
+                     SELECT p.name, p.action, p.kind FROM retention.policies p
+                      WHERE p.relation::oid IN (SELECT retention._tree_of($1::bigint::oid))
+                        AND p.id IS DISTINCT FROM $2 AND {condition}
+                      ORDER BY p.name LIMIT 1) x"
+            ),
+            &[i64::from(relation).into(), policy_id.into(), argument],
+        )
     }
 
     /// The live policy named `name`.
@@ -580,6 +606,10 @@ mod tests {
             lease_key: None,
             lease_expiry: None,
             search_path: None,
+            age_expression: None,
+            age_table: None,
+            age_table_column: None,
+            age_pick: None,
             enabled: true,
         };
         let keys: Vec<String> = serde_json::to_value(&spec)

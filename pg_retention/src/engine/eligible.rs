@@ -7,6 +7,7 @@
 //! ranked rows forward. `entity` policies are selected and deleted a whole group at a time.
 
 use crate::catalog::{prepared, Action, Hold, Kind, Leaf, Policy, PolicySpec, RelationInfo};
+use crate::engine::clock::Clock;
 use crate::engine::references::References;
 use crate::error::{present, Result, RetentionError};
 use crate::sql_text::{ident, literal, predicate};
@@ -58,11 +59,11 @@ pub fn condition(user_predicate: Option<&str>) -> String {
 }
 
 /// The policy's own condition on a row `t` of an age policy, without guards: in scope,
-/// terminal, and its `age` column (quoted) before `cutoff` (SQL). The sweep, archive claims
-/// and prunes, and the fixpoint guard all decide age eligibility with this.
+/// terminal, and its time `age` (SQL over `t`) before `cutoff` (SQL). The sweep, archive
+/// claims and prunes, and the fixpoint guard all decide age eligibility with this.
 pub fn age_condition(spec: &PolicySpec, age: &str, cutoff: &str) -> String {
     format!(
-        "{scope} AND {terminal} AND t.{age} < {cutoff}",
+        "{scope} AND {terminal} AND {age} < {cutoff}",
         scope = condition(spec.scope.as_deref()),
         terminal = condition(spec.terminal.as_deref()),
     )
@@ -145,8 +146,8 @@ pub struct Eligibility<'a> {
     holds: &'a [Hold],
     kind: Kind,
     cutoff: Option<String>,
-    /// The age column, quoted (None for kinds that never read one).
-    age: Option<String>,
+    /// The clock a row's age is read from (None for kinds that never read one).
+    age: Option<Clock>,
     /// The newest-first order column, quoted (ranked kinds only).
     order: Option<String>,
     /// The leaf a step works on, for a partitioned table (None: the whole table).
@@ -168,9 +169,9 @@ pub fn keeps_every_referenced_row(policy: &Policy) -> bool {
     policy.action == Action::ArchiveThenDelete || policy.kind == Kind::Unreferenced
 }
 
-/// The quoted age and order columns of `policy`, refusing a policy whose kind needs one it
+/// The clock and the quoted order column of `policy`, refusing a policy whose kind needs one it
 /// lacks (registration refuses those; a policy read back without them is corrupt).
-fn kind_columns(policy: &Policy) -> Result<(Option<String>, Option<String>)> {
+fn kind_columns(policy: &Policy, rel: &RelationInfo) -> Result<(Option<Clock>, Option<String>)> {
     let needs_age = policy.kind.by_age()
         || policy.kind == Kind::Entity
         || (policy.kind == Kind::Versions && policy.older_than.is_some());
@@ -181,16 +182,14 @@ fn kind_columns(policy: &Policy) -> Result<(Option<String>, Option<String>)> {
             policy.name, policy.kind
         ))
     };
-    if needs_age && policy.age_column.is_none() {
+    let clock = Clock::of(policy, rel)?;
+    if needs_age && clock.is_none() {
         return Err(missing("age_column"));
     }
     if needs_order && policy.order_by.is_none() {
         return Err(missing("order_by"));
     }
-    Ok((
-        policy.age_column.as_deref().map(ident),
-        policy.order_by.as_deref().map(ident),
-    ))
+    Ok((clock, policy.order_by.as_deref().map(ident)))
 }
 
 impl<'a> Eligibility<'a> {
@@ -218,7 +217,7 @@ impl<'a> Eligibility<'a> {
         holds: &'a [Hold],
         cutoff: Option<String>,
     ) -> Result<Self> {
-        let (age, order) = kind_columns(policy)?;
+        let (age, order) = kind_columns(policy, rel)?;
         let stream = match (&policy.order_by, policy.action) {
             (Some(order_by), Action::Delete) => {
                 Some((ident(order_by), rel.column(order_by)?.type_name.clone()))
@@ -381,9 +380,13 @@ impl<'a> Eligibility<'a> {
         self.cutoff.clone()
     }
 
-    /// The quoted age column; present for every kind whose SQL reads it ([`kind_columns`]).
-    fn age(&self) -> &str {
-        self.age.as_deref().unwrap_or_default()
+    /// The time of the row addressed as `alias` (its clock: engine/clock.rs); present for
+    /// every kind whose SQL reads it ([`kind_columns`]).
+    pub fn age_of(&self, alias: &str) -> String {
+        self.age
+            .as_ref()
+            .map(|clock| clock.sql(alias))
+            .unwrap_or_else(|| "NULL::timestamptz".into())
     }
 
     fn scope(&self) -> String {
@@ -545,9 +548,9 @@ impl<'a> Eligibility<'a> {
                 let keep = self.policy.keep.unwrap_or(i32::MAX);
                 let rank_rule = match (self.kind, self.cutoff()) {
                     (Kind::Versions, Some(cutoff)) => format!(
-                        "(r.__rn > {keep} OR (r.__rn > {min_keep} AND r.{age} < {cutoff}))",
+                        "(r.__rn > {keep} OR (r.__rn > {min_keep} AND {age} < {cutoff}))",
                         min_keep = self.policy.min_keep.unwrap_or(1),
-                        age = self.age(),
+                        age = self.age_of("r"),
                     ),
                     _ => format!("r.__rn > {keep}"),
                 };
@@ -591,7 +594,7 @@ impl<'a> Eligibility<'a> {
         let cutoff = self.cutoff().unwrap_or_else(|| "'-infinity'".into());
         format!(
             "{} AND {} AND {}",
-            age_condition(self.policy, self.age(), &cutoff),
+            age_condition(self.policy, &self.age_of("t"), &cutoff),
             self.lease_dead.as_deref().unwrap_or("true"),
             self.guard_filter(guards, "t", "t.tableoid"),
         )
@@ -601,8 +604,8 @@ impl<'a> Eligibility<'a> {
     pub fn entity_groups(&self, guards: Guards) -> String {
         let mut having = vec![
             format!(
-                "max(t.{}) < {}",
-                self.age(),
+                "max({}) < {}",
+                self.age_of("t"),
                 self.cutoff().unwrap_or_else(|| "'-infinity'".into())
             ),
             format!("bool_and({})", self.terminal()),

@@ -22,6 +22,25 @@ use std::ffi::CString;
 /// analysis errors propagate as Postgres errors; `retention._predicate_check` turns them into
 /// RT101.
 pub fn problem(qualified_table: &str, predicate: &str, built_in_only: bool) -> Option<String> {
+    problem_of(qualified_table, predicate, built_in_only, Yields::Boolean)
+}
+
+/// What an expression must yield.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Yields {
+    /// A predicate: boolean.
+    Boolean,
+    /// A clock (`age_expression`): timestamptz, timestamp or date.
+    Time,
+}
+
+/// [`problem`] for an expression that yields `yields`.
+pub fn problem_of(
+    qualified_table: &str,
+    predicate: &str,
+    built_in_only: bool,
+    yields: Yields,
+) -> Option<String> {
     if predicate.trim().is_empty() {
         return Some("the predicate is empty".into());
     }
@@ -52,7 +71,7 @@ pub fn problem(qualified_table: &str, predicate: &str, built_in_only: bool) -> O
             } else {
                 sources
                     .get_ptr(0)
-                    .and_then(|src| inspect_queries((*src).query_list, built_in_only))
+                    .and_then(|src| inspect_queries((*src).query_list, built_in_only, yields))
             };
             pg_sys::SPI_freeplan(plan);
             verdict
@@ -117,7 +136,11 @@ fn not_self_contained(predicate: &str) -> Option<String> {
 }
 
 /// Safety: `list` must be a valid List of Query nodes.
-unsafe fn inspect_queries(list: *mut pg_sys::List, built_in_only: bool) -> Option<String> {
+unsafe fn inspect_queries(
+    list: *mut pg_sys::List,
+    built_in_only: bool,
+    yields: Yields,
+) -> Option<String> {
     let queries = PgList::<pg_sys::Query>::from_pg(list);
     if queries.len() != 1 {
         return Some("the predicate must be a single expression".into());
@@ -146,8 +169,25 @@ unsafe fn inspect_queries(list: *mut pg_sys::List, built_in_only: bool) -> Optio
     let Some(te) = targets.get_ptr(0) else {
         return Some("the predicate must be one expression".into());
     };
-    if targets.len() != 1 || pg_sys::exprType((*te).expr.cast()) != pg_sys::BOOLOID {
-        return Some("the predicate must be a boolean expression".into());
+    let found = pg_sys::exprType((*te).expr.cast());
+    if targets.len() != 1 {
+        return Some("the predicate must be one expression".into());
+    }
+    match yields {
+        Yields::Boolean if found != pg_sys::BOOLOID => {
+            return Some("the predicate must be a boolean expression".into());
+        }
+        Yields::Time
+            if ![
+                pg_sys::TIMESTAMPTZOID,
+                pg_sys::TIMESTAMPOID,
+                pg_sys::DATEOID,
+            ]
+            .contains(&found) =>
+        {
+            return Some("the expression must yield a timestamptz, timestamp or date".into());
+        }
+        _ => {}
     }
     if pg_sys::contain_volatile_functions(q.targetList.cast()) {
         return Some(

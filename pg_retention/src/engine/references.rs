@@ -65,9 +65,15 @@ impl References {
             }
             if path.contains(&r.child_oid) || path.len() > MAX_DEPTH {
                 // A cycle of cascades (a tree of rows), or a chain too long to follow: keep
-                // the row when the table below could protect anything.
+                // the row when the table below could protect anything — it has holds, a key
+                // that refuses deletes, or cascades on to a table off the path.
                 let child = RelationInfo::load(r.child_oid, &r.child)?;
-                if !active_holds(child.oid)?.is_empty() || !child.referenced_by.is_empty() {
+                let protects = !active_holds(child.oid)?.is_empty()
+                    || child.referenced_by.iter().any(|below| {
+                        below.refuses_delete()
+                            || (below.on_delete == "c" && !path.contains(&below.child_oid))
+                    });
+                if protects {
                     out.keeping.push(r.clone());
                 }
                 continue;
@@ -137,6 +143,17 @@ impl References {
         }
         Some(format!("({})", parts.join(" OR ")))
     }
+}
+
+/// Makes the foreign keys a delete of this transaction meets check (and act) at the end of each
+/// statement, deferrable ones included. A delete runs as the policy's owner inside a
+/// security-restricted operation, where PostgreSQL refuses to queue a deferred trigger (42501
+/// "cannot fire deferred trigger within security-restricted operation"): every table a
+/// `DEFERRABLE` key references (every table a Django `ForeignKey` points at) could not be
+/// governed. For the transactions pg_retention owns only (a sweep step's, an archiver's prune),
+/// before their delete: nothing of the caller's is pending there.
+pub fn check_keys_at_once() -> Result<()> {
+    Ok(Spi::run("SET CONSTRAINTS ALL IMMEDIATE")?)
 }
 
 /// SQL true when the row addressed as `alias` matches hold `h`, evaluated as its placer.

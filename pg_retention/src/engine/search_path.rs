@@ -1,10 +1,10 @@
 //! The search_path a delete policy's statements run with. pg_retention pins
 //! `pg_catalog, pg_temp`, so a governed table's own DELETE triggers — written by a library,
 //! naming its tables without a schema — find nothing. A policy may name the schemas its
-//! statements search instead (`search_path => ARRAY['jobs_lib']`): each must be owned by the
-//! table's owner (or a role with its privileges) or a superuser, so it holds nothing that
-//! someone who could not already put code in the deletes' way (as the table's triggers) put
-//! there, `pg_catalog` stays first (built-in functions and operators are never
+//! statements search instead (`search_path => ARRAY['jobs_lib']`): only the table's owner (or a
+//! role with its privileges, or a superuser) may be able to create objects in each, so it holds
+//! nothing that someone who could not already put code in the deletes' way (as the table's
+//! triggers) put there, `pg_catalog` stays first (built-in functions and operators are never
 //! shadowed) and `pg_temp` last (no session's temporary table is found by an unqualified name).
 
 use crate::catalog::{PolicySpec, RelationInfo};
@@ -46,12 +46,23 @@ pub fn validate(spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
                 "Put pg_catalog first, or leave it out (it is then searched first).",
             ));
         }
+        // Every role that can create objects in the schema (its owner, and CREATE's grantees:
+        // PUBLIC never) must be trusted: a superuser, the table's owner or a role with its
+        // privileges, or pg_database_owner when the table's owner owns the database.
         let trusted = Spi::get_one_with_args::<bool>(
-            "SELECT n.nspname = 'pg_catalog'
-                    OR pg_catalog.pg_has_role(n.nspowner, c.relowner, 'USAGE')
-                    OR (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = n.nspowner)
+            "SELECT (SELECT n.nspname = 'pg_catalog' OR (
+                    SELECT bool_and(w.r <> 0 AND (
+                               w.r = c.relowner
+                               OR pg_catalog.pg_has_role(w.r, c.relowner, 'USAGE')
+                               OR coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.oid = w.r), false)
+                               OR (w.r = 'pg_database_owner'::regrole
+                                   AND pg_catalog.pg_has_role(c.relowner, w.r, 'USAGE'))))
+                      FROM (SELECT n.nspowner AS r
+                            UNION SELECT a.grantee
+                              FROM pg_catalog.aclexplode(coalesce(n.nspacl, pg_catalog.acldefault('n', n.nspowner))) a
+                             WHERE a.privilege_type = 'CREATE') w)
                FROM pg_catalog.pg_namespace n, pg_catalog.pg_class c
-              WHERE n.nspname = $1 AND c.oid = $2::bigint::oid",
+              WHERE n.nspname = $1 AND c.oid = $2::bigint::oid)",
             &[schema.as_str().into(), i64::from(rel.oid).into()],
         )?;
         match trusted {
@@ -64,10 +75,10 @@ pub fn validate(spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
             Some(false) => {
                 return Err(RetentionError::Privilege {
                     message: format!(
-                        "schema \"{schema}\" of search_path is owned by neither the owner of {} nor a superuser",
+                        "schema \"{schema}\" of search_path lets a role other than the owner of {} (or a superuser) create objects in it",
                         rel.qualified
                     ),
-                    hint: "Name schemas the table's owner (or a superuser) owns: whoever owns one could put objects in the deletes' way.".into(),
+                    hint: "Name schemas only the table's owner (or a superuser) can create objects in: whoever can create one could put it in the deletes' way.".into(),
                 })
             }
             Some(true) => {}

@@ -2,6 +2,7 @@
 //! nothing is written until all checks pass.
 
 use crate::catalog::{caller_oid, Action, Kind, PolicySpec, RelationInfo};
+use crate::engine::clock;
 use crate::error::{Result, RetentionError};
 use pgrx::prelude::*;
 use std::cmp::Ordering;
@@ -133,11 +134,14 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
     }
     crate::author::ensure_sees_every_row(caller_oid(), rel.oid, &rel.qualified)?;
     crate::engine::search_path::validate(spec, &rel)?;
+    clock::validate(spec, &rel, caller_oid())?;
     crate::engine::search_path::notice_unpinned_triggers(spec, &rel)?;
     let kind_name = kind.as_str();
     match kind {
         Kind::Age | Kind::Entity | Kind::Unreferenced | Kind::Orphan => {
-            require(&spec.age_column, "age_column", kind_name)?;
+            if clock::declared(spec) == 0 {
+                require(&spec.age_column, "age_column", kind_name)?;
+            }
             require(&spec.older_than, "older_than", kind_name)?;
             if kind == Kind::Entity {
                 require(&spec.group_by, "group_by", kind_name)?;
@@ -147,7 +151,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
             require(&spec.group_by, "group_by", kind_name)?;
             require(&spec.order_by, "order_by", kind_name)?;
             require(&spec.keep, "keep", kind_name)?;
-            if spec.older_than.is_some() {
+            if spec.older_than.is_some() && clock::declared(spec) == 0 {
                 require(&spec.age_column, "age_column (with older_than)", kind_name)?;
             }
         }
@@ -256,6 +260,14 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
     Ok(rel)
 }
 
+/// "a" or "an", before a kind's name.
+pub fn article(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Age | Kind::Entity | Kind::Unreferenced | Kind::Orphan => "an",
+        Kind::KeepLatest | Kind::Versions => "a",
+    }
+}
+
 /// Refuses (22023) an option given where it has no effect: a policy must do what it says, and
 /// an option the kind ignores would let a reader believe a rule holds that none enforces.
 fn check_no_effect(spec: &PolicySpec) -> Result<()> {
@@ -263,7 +275,7 @@ fn check_no_effect(spec: &PolicySpec) -> Result<()> {
     let ranked = matches!(kind, Kind::KeepLatest | Kind::Versions);
     let refuse = |option: &str, why: String, hint: &str| {
         Err(RetentionError::invalid(
-            format!("{option} has no effect on a {kind} policy"),
+            format!("{option} has no effect on {} {kind} policy", article(kind)),
             why,
             hint.to_owned(),
         ))
@@ -275,6 +287,15 @@ fn check_no_effect(spec: &PolicySpec) -> Result<()> {
             "To delete only rows both past the window and ranked past N, use kind => 'versions' with keep => 2147483647, min_keep => N and older_than.",
         );
     }
+    // The clock's option, by name, when one is given.
+    let clock = [
+        ("age_column", spec.age_column.is_some()),
+        ("age_expression", spec.age_expression.is_some()),
+        ("age_table", clock::declared(spec) > 0),
+    ]
+    .into_iter()
+    .find(|(_, given)| *given)
+    .map(|(name, _)| name);
     if kind == Kind::Versions && spec.older_than.is_none() {
         if spec.min_keep.is_some() {
             return refuse(
@@ -283,20 +304,22 @@ fn check_no_effect(spec: &PolicySpec) -> Result<()> {
                 "Give older_than (and age_column) too, or drop min_keep.",
             );
         }
-        if spec.age_column.is_some() {
+        if let Some(clock) = clock {
             return refuse(
-                "age_column",
-                "A versions policy reads its age column only with older_than.".into(),
-                "Give older_than too, or drop age_column.",
+                clock,
+                "A versions policy reads a row's age only with older_than.".into(),
+                "Give older_than too, or drop it.",
             );
         }
     }
-    if kind == Kind::KeepLatest && spec.age_column.is_some() {
-        return refuse(
-            "age_column",
-            "keep_latest deletes by rank alone.".into(),
-            "Drop age_column, or use kind => 'versions' with older_than.",
-        );
+    if kind == Kind::KeepLatest {
+        if let Some(clock) = clock {
+            return refuse(
+                clock,
+                "keep_latest deletes by rank alone.".into(),
+                "Drop it, or use kind => 'versions' with older_than.",
+            );
+        }
     }
     if !ranked && (spec.keep.is_some() || spec.min_keep.is_some()) {
         return refuse(
