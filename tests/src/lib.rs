@@ -4,6 +4,7 @@
 
 pub mod archiver;
 pub mod cluster;
+pub mod jobs;
 pub mod ports;
 pub mod seaweed;
 pub mod tls;
@@ -69,6 +70,13 @@ pub fn stop_server(pg_ctl: &std::path::Path, data: &std::path::Path) {
         .arg(data)
         .args(["-m", "immediate", "-w", "stop"])
         .output();
+}
+
+/// The text in the first column of a query's one row.
+pub fn text(db: &mut postgres::Client, sql: &str) -> String {
+    db.query_one(sql, &[])
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .get(0)
 }
 
 /// One bigint from a query.

@@ -19,7 +19,7 @@
 
 use pg_retention_integration::archiver::{self, Archiver};
 use pg_retention_integration::{
-    column, drops, expect_error, no_event_trigger, on_drop_table, scalar, Cluster,
+    column, drops, expect_error, no_event_trigger, on_drop_table, scalar, text, Cluster,
 };
 use postgres::Client;
 use std::time::Duration;
@@ -92,10 +92,6 @@ fn policy(db: &mut Client, extra: &str) {
 
 fn count(db: &mut Client, sql: &str) -> i64 {
     scalar(db, sql)
-}
-
-fn text(db: &mut Client, sql: &str) -> String {
-    db.query_one(sql, &[]).unwrap().get(0)
 }
 
 fn expired(db: &mut Client) -> i64 {

@@ -184,6 +184,7 @@ pub fn validate(spec: &PolicySpec, rel: &RelationInfo, author: u32) -> Result<()
     }
     related_key(rel, table)?;
     let other = RelationInfo::load(table, &format!("age_table of {}", rel.qualified))?;
+    crate::author::ensure_sees_every_row(author, table, &other.qualified)?;
     let column = spec.age_table_column.as_deref().unwrap_or_default();
     let col = other.column(column)?;
     if ![

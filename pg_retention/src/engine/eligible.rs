@@ -183,6 +183,14 @@ fn kind_columns(policy: &Policy, rel: &RelationInfo) -> Result<(Option<Clock>, O
         ))
     };
     let clock = Clock::of(policy, rel)?;
+    if let Some(table) = policy.age_table {
+        // The clock's rows must all be seen, or a row looks older than it is.
+        crate::author::ensure_sees_every_row(
+            policy.owner,
+            table,
+            &format!("age_table of policy {}", policy.name),
+        )?;
+    }
     if needs_age && clock.is_none() {
         return Err(missing("age_column"));
     }
@@ -228,7 +236,7 @@ impl<'a> Eligibility<'a> {
             Kind::Orphan => Some(lease_dead(policy)?),
             _ => None,
         };
-        let references = References::load(rel, keeps_every_referenced_row(policy))?;
+        let references = References::load(rel, keeps_every_referenced_row(policy), policy.owner)?;
         Ok(Eligibility {
             policy,
             rel,

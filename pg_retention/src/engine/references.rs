@@ -46,15 +46,25 @@ struct Protected {
 }
 
 impl References {
-    /// The keys referencing `rel` as a policy deletes its rows; `keep_all` when every
-    /// referenced row is kept (archive and `unreferenced` policies).
-    pub fn load(rel: &RelationInfo, keep_all: bool) -> Result<References> {
-        Self::load_below(&rel.referenced_by, keep_all, &mut vec![rel.oid])
+    /// The keys referencing `rel` as a policy owned by `owner` deletes its rows; `keep_all`
+    /// when every referenced row is kept (archive and `unreferenced` policies). Refuses (42501)
+    /// a referencing table whose row-level security would hide rows from the owner: the guard
+    /// would not see the rows that keep a row, or the held rows a cascade would reach.
+    pub fn load(rel: &RelationInfo, keep_all: bool, owner: u32) -> Result<References> {
+        Self::load_below(&rel.referenced_by, keep_all, owner, &mut vec![rel.oid])
     }
 
-    fn load_below(refs: &[Reference], keep_all: bool, path: &mut Vec<u32>) -> Result<References> {
+    fn load_below(
+        refs: &[Reference],
+        keep_all: bool,
+        owner: u32,
+        path: &mut Vec<u32>,
+    ) -> Result<References> {
         let mut out = References::default();
         for r in refs {
+            if keep_all || r.refuses_delete() || r.on_delete == "c" {
+                crate::author::ensure_sees_every_row(owner, r.child_oid, &r.child)?;
+            }
             if keep_all || r.refuses_delete() {
                 out.keeping.push(r.clone());
                 continue;
@@ -81,7 +91,7 @@ impl References {
             let child = RelationInfo::load(r.child_oid, &r.child)?;
             let (fence, holds) = HoldFence::read(child.oid)?;
             path.push(child.oid);
-            let below = Self::load_below(&child.referenced_by, false, path)?;
+            let below = Self::load_below(&child.referenced_by, false, owner, path)?;
             path.pop();
             if holds.is_empty() && below.is_empty() {
                 continue;
