@@ -46,7 +46,22 @@ impl Drop for Restore {
 /// temporary objects, no cursors left open). The caller's user and settings come back when `f`
 /// returns or raises.
 pub fn run_as<T>(role: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    run_as_searching(role, None, f)
+}
+
+/// [`run_as`] with `search_path` (a setting's text, already validated: a delete policy's
+/// schemas, engine/search_path.rs) in force instead of [`SAFE_SEARCH_PATH`]; None: the safe one.
+pub fn run_as_searching<T>(
+    role: u32,
+    search_path: Option<&str>,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
     ensure_role_exists(role)?;
+    let path = match search_path {
+        Some(path) => std::ffi::CString::new(path)
+            .map_err(|_| RetentionError::Internal("a search_path with a NUL byte".into()))?,
+        None => SAFE_SEARCH_PATH.to_owned(),
+    };
     // Safety: reads and sets backend-local state, as vacuum.c and analyze.c do; `Restore` undoes
     // it on every way out of this function.
     let _restore = unsafe {
@@ -65,7 +80,7 @@ pub fn run_as<T>(role: u32, f: impl FnOnce() -> Result<T>) -> Result<T> {
         };
         pg_sys::set_config_option(
             c"search_path".as_ptr(),
-            SAFE_SEARCH_PATH.as_ptr(),
+            path.as_ptr(),
             pg_sys::GucContext::PGC_USERSET,
             pg_sys::GucSource::PGC_S_SESSION,
             pg_sys::GucAction::GUC_ACTION_SAVE,

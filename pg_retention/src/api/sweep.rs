@@ -273,7 +273,7 @@ fn end(token: u64, contained: bool) -> Result<pgrx::JsonB> {
         && matches!(
             bounded(
                 || {
-                    table_gauges::after_run(policy_id, true);
+                    table_gauges::after_run(policy_id);
                     Ok(())
                 },
                 Unkept::No
@@ -281,7 +281,7 @@ fn end(token: u64, contained: bool) -> Result<pgrx::JsonB> {
             Ok(Ok(()))
         );
     if !measured {
-        table_gauges::after_run(policy_id, false);
+        table_gauges::after_unmeasured_run(policy_id);
     }
     view(&closed)
 }

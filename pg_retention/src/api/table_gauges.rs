@@ -128,17 +128,24 @@ fn refresh(policy_id: i64) -> Result<Option<Kept>> {
 
 /// After a run: its table changed, so its policy is measured again, here, where the run's
 /// catalogs are loaded (a query like the run's own, as the policy's owner), so that scrapes
-/// rarely measure (`measure`; the caller bounds it in time). Without `measure` (a run that
-/// failed, a measurement cut short) the kept gauges are dropped and the next scrape measures.
-/// Contained: a failure drops the kept gauges with a warning and never fails the run.
-pub fn after_run(policy_id: i64, measure: bool) {
-    let outcome = if measure && can_keep() {
+/// rarely measure (the caller bounds it in time). Contained: a failure drops the kept gauges
+/// with a warning and never fails the run.
+pub fn after_run(policy_id: i64) {
+    let outcome = if can_keep() {
         refresh(policy_id).map(|_| ())
     } else {
         gauges::forget(policy_id).map_err(Into::into)
     };
     if let Err(e) = outcome {
         warning!("pg_retention: policy {policy_id}: its gauges were not measured: {e}");
+    }
+}
+
+/// After a run that was not measured (it failed, or its measurement was cut short): the kept
+/// gauges no longer describe the table, so they go, and the next scrape measures.
+pub fn after_unmeasured_run(policy_id: i64) {
+    if let Err(e) = gauges::forget(policy_id) {
+        warning!("pg_retention: policy {policy_id}: its gauges were not dropped: {e}");
     }
 }
 

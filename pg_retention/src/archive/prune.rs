@@ -97,7 +97,7 @@ fn prune_verified(
             fenced = fence.tripped(),
             key = rel.pk_order(),
         );
-        crate::engine::references::check_keys_at_once()?;
+        crate::engine::references::check_keys_at_once(&rel)?;
         let gone = elig.as_owner(|| {
             let cutoff = elig.policy_cutoff()?;
             versions_at(&rel, &sql, &claimed.places, vec![cutoff.into()], true)

@@ -17,7 +17,6 @@ use crate::catalog::{Action, PolicySpec, RelationInfo};
 use crate::engine::predicate::{problem_of, Yields};
 use crate::error::{Result, RetentionError};
 use crate::sql_text::ident;
-use pgrx::prelude::*;
 
 /// How a row's time is read, as SQL over a row alias.
 #[derive(Debug, Clone)]
@@ -185,31 +184,10 @@ pub fn validate(spec: &PolicySpec, rel: &RelationInfo, author: u32) -> Result<()
     related_key(rel, table)?;
     let other = RelationInfo::load(table, &format!("age_table of {}", rel.qualified))?;
     crate::author::ensure_sees_every_row(author, table, &other.qualified)?;
-    let column = spec.age_table_column.as_deref().unwrap_or_default();
-    let col = other.column(column)?;
-    if ![
-        "timestamp with time zone",
-        "timestamp without time zone",
-        "date",
-    ]
-    .contains(&col.type_name.as_str())
-    {
-        return Err(RetentionError::WrongType {
-            relation: other.qualified.clone(),
-            column: column.to_owned(),
-            found: col.type_name.clone(),
-            expected: "timestamptz, timestamp or date".into(),
-        });
-    }
-    let may_read = Spi::get_one_with_args::<bool>(
-        "SELECT pg_catalog.has_table_privilege($1::bigint::oid, $2::bigint::oid, 'SELECT')",
-        &[i64::from(author).into(), i64::from(table).into()],
+    crate::engine::validate::check_time_column(
+        &other,
+        spec.age_table_column.as_deref().unwrap_or_default(),
     )?;
-    if may_read != Some(true) {
-        return Err(RetentionError::Privilege {
-            message: format!("permission denied to read the clock in {}", other.qualified),
-            hint: "The policy reads age_table with the privileges of the role that registers it; grant it SELECT.".into(),
-        });
-    }
+    crate::engine::validate::ensure_may_read(author, &other, "the clock", "age_table")?;
     Ok(())
 }

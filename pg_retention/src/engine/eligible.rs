@@ -33,6 +33,21 @@ pub fn hold_call(h: &Hold, alias: Option<&str>) -> String {
     )
 }
 
+/// `matches` (SQL: the row matches hold `h`'s predicate), limited to the leaves the hold covers
+/// when it was placed on a partition below the table (the row's leaf's oid in `leaf_oid`, SQL).
+pub fn on_held_leaves(h: &Hold, leaf_oid: &str, matches: String) -> String {
+    match &h.leaves {
+        None => matches,
+        Some(leaves) => {
+            let oids: Vec<String> = leaves.iter().map(u32::to_string).collect();
+            format!(
+                "({leaf_oid} = ANY ('{{{}}}'::oid[]) AND {matches})",
+                oids.join(",")
+            )
+        }
+    }
+}
+
 /// `now() - window` for the current transaction, as a timestamptz constant. As an expression it
 /// would be computed again for every row a batch reads (interval arithmetic through a broken-down
 /// time: a sixth of a sweep's per-row cost); `now()` is fixed for the transaction, so the constant
@@ -305,9 +320,8 @@ impl<'a> Eligibility<'a> {
     /// Runs `f` with the privileges of the policy's owner (see `author.rs`): every statement
     /// built here evaluates the owner's predicates and runs inside this.
     pub fn as_owner<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        crate::author::run_as(self.policy.owner, || {
-            crate::engine::search_path::within(self.policy.search_path.as_deref(), f)
-        })
+        let path = crate::engine::search_path::setting(self.policy.search_path.as_deref());
+        crate::author::run_as_searching(self.policy.owner, path.as_deref(), f)
     }
 
     /// How many rows are eligible under `guards`, counted as the policy's owner.
@@ -456,16 +470,7 @@ impl<'a> Eligibility<'a> {
         } else {
             hold_call(h, None)
         };
-        match &h.leaves {
-            None => matches,
-            Some(leaves) => {
-                let oids: Vec<String> = leaves.iter().map(u32::to_string).collect();
-                format!(
-                    "({leaf_oid} = ANY ('{{{}}}'::oid[]) AND {matches})",
-                    oids.join(",")
-                )
-            }
-        }
+        on_held_leaves(h, leaf_oid, matches)
     }
 
     /// The holds in force on the rows of `leaf`.

@@ -15,7 +15,7 @@
 //! DEFAULT keys update are counted per table for its ledger entry ([`Dependents`]).
 
 use crate::catalog::{active_holds, Hold, HoldFence, Reference, RelationInfo};
-use crate::engine::eligible::hold_call;
+use crate::engine::eligible::{hold_call, on_held_leaves};
 use crate::error::Result;
 use crate::sql_text::ident;
 use pgrx::prelude::*;
@@ -161,24 +161,18 @@ impl References {
 /// "cannot fire deferred trigger within security-restricted operation"): every table a
 /// `DEFERRABLE` key references (every table a Django `ForeignKey` points at) could not be
 /// governed. For the transactions pg_retention owns only (a sweep step's, an archiver's prune),
-/// before their delete: nothing of the caller's is pending there.
-pub fn check_keys_at_once() -> Result<()> {
+/// before their delete of `rel`'s rows: nothing of the caller's is pending there. Only a key
+/// that references the table queues an event when its rows are deleted; without one, nothing.
+pub fn check_keys_at_once(rel: &RelationInfo) -> Result<()> {
+    if rel.referenced_by.is_empty() {
+        return Ok(());
+    }
     Ok(Spi::run("SET CONSTRAINTS ALL IMMEDIATE")?)
 }
 
 /// SQL true when the row addressed as `alias` matches hold `h`, evaluated as its placer.
 fn held_as(h: &Hold, alias: &str) -> String {
-    let matches = hold_call(h, Some(alias));
-    match &h.leaves {
-        None => matches,
-        Some(leaves) => {
-            let oids: Vec<String> = leaves.iter().map(u32::to_string).collect();
-            format!(
-                "({alias}.tableoid = ANY ('{{{}}}'::oid[]) AND {matches})",
-                oids.join(",")
-            )
-        }
-    }
+    on_held_leaves(h, &format!("{alias}.tableoid"), hold_call(h, Some(alias)))
 }
 
 /// How a dependent table's rows change when a referenced row goes.

@@ -151,31 +151,15 @@ pub fn failure_note(relation: u32, sqlstate: &str, path: Option<&[String]>) -> O
     ))
 }
 
-/// Runs `f` with the search_path `path` names (its schemas, then `pg_temp`), the one in force
-/// put back after it; with none, `f` alone.
-pub fn within<T>(path: Option<&[String]>, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    let Some(path) = path.filter(|p| !p.is_empty()) else {
-        return f();
-    };
-    let value = path
-        .iter()
-        .map(|s| ident(s))
-        .chain(std::iter::once("pg_temp".to_owned()))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let before =
-        Spi::get_one_with_args::<String>("SELECT pg_catalog.current_setting('search_path')", &[])?
-            .unwrap_or_else(|| "pg_catalog, pg_temp".into());
-    Spi::run_with_args(
-        "SELECT pg_catalog.set_config('search_path', $1, true)",
-        &[value.as_str().into()],
-    )?;
-    // An error raised in `f` does not come back here: the subtransaction or transaction it
-    // ends puts the setting back.
-    let result = f();
-    Spi::run_with_args(
-        "SELECT pg_catalog.set_config('search_path', $1, true)",
-        &[before.as_str().into()],
-    )?;
-    result
+/// The search_path setting a policy's `path` names (its schemas, then `pg_temp`); None when it
+/// names none (the pinned one holds).
+pub fn setting(path: Option<&[String]>) -> Option<String> {
+    let path = path.filter(|p| !p.is_empty())?;
+    Some(
+        path.iter()
+            .map(|s| ident(s))
+            .chain(std::iter::once("pg_temp".to_owned()))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
 }

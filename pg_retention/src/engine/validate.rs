@@ -357,7 +357,7 @@ fn check_no_effect(spec: &PolicySpec) -> Result<()> {
 }
 
 /// Refuses a column of `rel` that is not a point in time (an age or an expiry).
-fn check_time_column(rel: &RelationInfo, column: &str) -> Result<()> {
+pub fn check_time_column(rel: &RelationInfo, column: &str) -> Result<()> {
     let col = rel.column(column)?;
     if !AGE_TYPES.contains(&col.type_name.as_str()) {
         return Err(RetentionError::WrongType {
@@ -412,14 +412,26 @@ fn check_lease(spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
         rel.column(k)?;
     }
     check_time_column(&lease, expiry)?;
+    ensure_may_read(caller_oid(), &lease, "the leases", "the lease table")
+}
+
+/// Refuses (42501) a table `author` may not read that a policy reads to decide (`what`, in it;
+/// `table_is`, the table as the hint names it): the policy reads it with its author's
+/// privileges.
+pub fn ensure_may_read(
+    author: u32,
+    table: &RelationInfo,
+    what: &str,
+    table_is: &str,
+) -> Result<()> {
     let may_read = Spi::get_one_with_args::<bool>(
         "SELECT pg_catalog.has_table_privilege($1::bigint::oid, $2::bigint::oid, 'SELECT')",
-        &[i64::from(caller_oid()).into(), i64::from(lease.oid).into()],
+        &[i64::from(author).into(), i64::from(table.oid).into()],
     )?;
     if may_read != Some(true) {
         return Err(RetentionError::Privilege {
-            message: format!("permission denied to read the leases in {}", lease.qualified),
-            hint: "The policy reads the lease table with the privileges of the role that registers it; grant it SELECT.".into(),
+            message: format!("permission denied to read {what} in {}", table.qualified),
+            hint: format!("The policy reads {table_is} with the privileges of the role that registers it; grant it SELECT."),
         });
     }
     Ok(())

@@ -328,7 +328,7 @@ fn step_rows_or_leaves(mut state: SweepState) -> Result<SweepState> {
     if !policy.enabled {
         return Ok(state.stop(Outcome::Stopped, "policy was disabled during the run"));
     }
-    crate::engine::references::check_keys_at_once()?;
+    crate::engine::references::check_keys_at_once(rel)?;
     let dependents = Dependents::of(rel, keeps_every_referenced_row(policy))?;
     state.dependents = if dependents.is_empty() {
         None
