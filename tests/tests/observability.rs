@@ -445,14 +445,37 @@ fn families_updated(exposition: &str) -> Vec<(String, bool)> {
     out
 }
 
-fn spawn(mut c: Command) -> Running {
-    Running(
-        c.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start"),
-    )
+/// Starts the server `make` builds for a port, on a port free just before it starts, and waits
+/// up to 30 s for `ready`. A port picked earlier can be taken in between (an outgoing
+/// connection's local port comes from the same range), and a server that cannot bind exits:
+/// then another port is tried. Panics with the server's own output if none becomes ready.
+fn serve(make: impl Fn(u16) -> Command, ready: impl Fn(u16) -> bool) -> (Running, u16) {
+    let mut output = String::new();
+    for attempt in 0..4 {
+        let port = pg_retention_integration::ports::free_ports(1)[0];
+        let log = std::env::temp_dir().join(format!("pg-retention-serve-{port}-{attempt}.log"));
+        let file = std::fs::File::create(&log).expect("a log file");
+        let mut command = make(port);
+        let mut server = Running(
+            command
+                .stdin(Stdio::null())
+                .stdout(file.try_clone().expect("a log file"))
+                .stderr(file)
+                .spawn()
+                .expect("start"),
+        );
+        let up = wait_for(30, || {
+            ready(port) || matches!(server.0.try_wait(), Ok(Some(_)))
+        });
+        if up && ready(port) {
+            return (server, port);
+        }
+        output = std::fs::read_to_string(&log).unwrap_or_default();
+        if matches!(server.0.try_wait(), Ok(None)) {
+            break; // running, but never ready: another port would not help
+        }
+    }
+    panic!("no server became ready:\n{output}");
 }
 
 /// deploy/'s alert rules, with every `for:` made 0s so the test need not wait for them.
@@ -487,9 +510,7 @@ fn prometheus_scrapes_the_archiver_and_the_exporter_finds_every_family_and_fires
     let mut dpo = eraser(&c, "audit");
     let dir = pg_retention_integration::temp_dir("pg-retention-prometheus");
     std::fs::create_dir_all(&dir).unwrap();
-    let ports = pg_retention_integration::ports::free_ports(4);
-    let (archiver_port, serve_port, exporter_port, prometheus_port) =
-        (ports[0], ports[1], ports[2], ports[3]);
+    let archiver_port = pg_retention_integration::ports::free_ports(1)[0];
     let a = Archiver::new(
         &c.archiver_url("postgres"),
         &format!("file://{}", dir.join("store").display()),
@@ -574,15 +595,14 @@ fn prometheus_scrapes_the_archiver_and_the_exporter_finds_every_family_and_fires
     );
 
     // serve-metrics: the database's families alone.
-    let _serve = spawn(
-        a.clone()
-            .with_env(
-                "PG_RETENTION_METRICS_ADDR",
-                &format!("127.0.0.1:{serve_port}"),
-            )
-            .command(&["serve-metrics"]),
+    let (_serve, serve_port) = serve(
+        |port| {
+            a.clone()
+                .with_env("PG_RETENTION_METRICS_ADDR", &format!("127.0.0.1:{port}"))
+                .command(&["serve-metrics"])
+        },
+        |port| get(port, "/readyz").0 == 200,
     );
-    assert!(wait_for(30, || get(serve_port, "/readyz").0 == 200));
     let (_, alone) = get(serve_port, "/metrics");
     assert!(
         alone.contains("pg_retention_policy_oldest_eligible_age_seconds{policy=\"outbox\"}"),
@@ -591,27 +611,32 @@ fn prometheus_scrapes_the_archiver_and_the_exporter_finds_every_family_and_fires
     assert!(!alone.contains("pg_retention_archiver_batches"), "{alone}");
 
     // postgres_exporter with deploy/'s query file, as the pg_monitor role.
-    let mut exporter = Command::new("prometheus-postgres-exporter");
-    exporter
-        .env(
-            "DATA_SOURCE_NAME",
-            format!(
-                "postgresql://mon@127.0.0.1:{}/postgres?sslmode=disable",
-                c.port()
-            ),
-        )
-        .args([
-            &format!("--web.listen-address=127.0.0.1:{exporter_port}"),
-            &format!(
-                "--extend.query-path={}",
-                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                    .join("../deploy/postgres_exporter/queries.yaml")
-                    .display()
-            ),
-            "--disable-default-metrics",
-            "--disable-settings-metrics",
-        ]);
-    let _exporter = spawn(exporter);
+    let (_exporter, exporter_port) = serve(
+        |port| {
+            let mut exporter = Command::new("prometheus-postgres-exporter");
+            exporter
+                .env(
+                    "DATA_SOURCE_NAME",
+                    format!(
+                        "postgresql://mon@127.0.0.1:{}/postgres?sslmode=disable",
+                        c.port()
+                    ),
+                )
+                .args([
+                    &format!("--web.listen-address=127.0.0.1:{port}"),
+                    &format!(
+                        "--extend.query-path={}",
+                        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                            .join("../deploy/postgres_exporter/queries.yaml")
+                            .display()
+                    ),
+                    "--disable-default-metrics",
+                    "--disable-settings-metrics",
+                ]);
+            exporter
+        },
+        |port| get(port, "/metrics").0 == 200,
+    );
     let rules = rules_now(&dir);
     let config = dir.join("prometheus.yml");
     std::fs::write(
@@ -629,13 +654,18 @@ scrape_configs:
         ),
     )
     .unwrap();
-    let mut prometheus = Command::new("prometheus");
-    prometheus.args([
-        &format!("--config.file={}", config.display()),
-        &format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
-        &format!("--web.listen-address=127.0.0.1:{prometheus_port}"),
-    ]);
-    let _prometheus = spawn(prometheus);
+    let (_prometheus, prometheus_port) = serve(
+        |port| {
+            let mut prometheus = Command::new("prometheus");
+            prometheus.args([
+                &format!("--config.file={}", config.display()),
+                &format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
+                &format!("--web.listen-address=127.0.0.1:{port}"),
+            ]);
+            prometheus
+        },
+        |port| get(port, "/-/ready").0 == 200,
+    );
     let query = |q: &str| -> String {
         get(
             prometheus_port,
