@@ -1024,7 +1024,8 @@ GRANT EXECUTE ON FUNCTION retention._run_order(text), retention._lock_key(bigint
     retention._run_begin(bigint, text, bigint, boolean), retention._sweep_step_safe(jsonb),
     retention._run_pace(jsonb), retention._run_end(jsonb, boolean), retention._worker_visit(),
     retention._worker_set(text, text), retention._worker_pause(text, text),
-    retention._worker_visit_end(text, bigint[], float8), retention._worker_cycle_cap(bigint, text[])
+    retention._worker_visit_end(text, bigint[], float8), retention._worker_cycle_cap(bigint, text[]),
+    retention._scrub_due(), retention._scrub_check(bigint, boolean)
     TO retention_worker;
 -- Monitoring: retention.metrics() for pg_monitor (its members: postgres_exporter, sql_exporter),
 -- retention_admin and the archiver (its /metrics).

@@ -193,6 +193,35 @@ CREATE TABLE retention.retiring_leaves (
     detached_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
+-- Erasures still to reach the disk (engine/scrub.rs): one row per table (leaf) an erasure
+-- deleted rows from. A deleted row version stays in the table's pages, readable by tools that
+-- read pages, until VACUUM removes it; the database worker checks each row's table for dead
+-- versions older than `horizon` (the first transaction id after the erasure committed, taken
+-- when the worker first sees it), runs VACUUM (INDEX_CLEANUP ON) when some are left and
+-- removable, and stamps `unreadable_at` when none is left (a table not stored by the heap
+-- access method cannot be checked: `unverifiable`). State, not history (the ledger's
+-- `erasure_scrub` entries are the history), and not dumped: a restored table holds only live
+-- rows, and its oids would not survive a restore.
+CREATE TABLE retention.erasure_scrubs (
+    id              bigserial PRIMARY KEY,
+    request_ref     text NOT NULL,
+    relation        oid NOT NULL,
+    relation_name   text NOT NULL,
+    erased          bigint NOT NULL,
+    requested_at    timestamptz NOT NULL DEFAULT now(),
+    horizon         xid8,
+    checks          integer NOT NULL DEFAULT 0,
+    vacuums         integer NOT NULL DEFAULT 0,
+    checked_at      timestamptz,
+    left_versions   bigint,
+    status          text NOT NULL DEFAULT 'pending'
+                    CHECK (status IN ('pending', 'waiting', 'left', 'unreadable', 'dropped', 'unverifiable')),
+    unreadable_at   timestamptz,
+    UNIQUE (request_ref, relation),
+    CHECK ((status IN ('unreadable', 'dropped')) = (unreadable_at IS NOT NULL))
+);
+CREATE INDEX erasure_scrubs_open ON retention.erasure_scrubs (id) WHERE unreadable_at IS NULL;
+
 -- The append-only ledger of every destructive action and every reason one did not happen.
 CREATE TABLE retention.ledger_entries (
     id             bigserial PRIMARY KEY,

@@ -115,8 +115,9 @@ LEFT JOIN retention.archive_expirations x ON x.archive_id = a.id;
 GRANT SELECT ON retention.archives TO retention_admin, retention_archiver;
 
 -- Erasure requests (retention.erase), by their reference: the rows erased in each table, the
--- archives whose slices were rewritten without the erased rows, and the supersessions still
--- pending (an archiver has not processed them yet).
+-- archives whose slices were rewritten without the erased rows, the supersessions still
+-- pending (an archiver has not processed them yet), and whether the erased row versions are
+-- gone from the tables' pages (retention.erasure_scrubs: `unreadable_at` once none is left).
 CREATE VIEW retention.erasures AS
 WITH t AS (
     SELECT l.detail->>'request_ref' AS request_ref, l.relation, sum(l.rows)::bigint AS rows,
@@ -139,17 +140,23 @@ c AS (
     SELECT l.detail->>'request_ref' AS request_ref, array_agg(DISTINCT h.id ORDER BY h.id) AS held_by
       FROM retention.ledger_entries l CROSS JOIN LATERAL unnest(l.hold_ids) h(id)
      WHERE l.method = 'hold_collision'
-     GROUP BY 1)
+     GROUP BY 1),
+d AS (
+    SELECT k.request_ref, count(*) FILTER (WHERE k.unreadable_at IS NULL) AS scrubs_pending,
+           CASE WHEN bool_and(k.unreadable_at IS NOT NULL) THEN max(k.unreadable_at) END AS unreadable_at
+      FROM retention.erasure_scrubs k GROUP BY 1)
 SELECT e.request_ref, e.tables, e.rows_erased,
        coalesce(s.archives_superseded, 0) AS archives_superseded,
        coalesce(s.archived_rows_erased, 0) AS archived_rows_erased,
        coalesce(s.archives_unaffected, 0) AS archives_unaffected,
        coalesce(s.pending, 0) AS pending,
        coalesce(c.held_by, '{}') AS hold_collisions,
-       e.requested_at, e.erased_at
+       e.requested_at, e.erased_at,
+       coalesce(d.scrubs_pending, 0) AS scrubs_pending, d.unreadable_at
 FROM e
 LEFT JOIN s ON s.request_ref = e.request_ref
-LEFT JOIN c ON c.request_ref = e.request_ref;
+LEFT JOIN c ON c.request_ref = e.request_ref
+LEFT JOIN d ON d.request_ref = e.request_ref;
 
 GRANT SELECT ON retention.erasures TO retention_admin, retention_eraser;
 

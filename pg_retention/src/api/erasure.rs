@@ -87,3 +87,27 @@ fn _supersession_done(supersession: i64, actor: &str) -> pgrx::JsonB {
     crate::identity::refuse_restricted().or_report();
     outcome(supersede::done(supersession, actor))
 }
+
+/// The worker's list of erasures still to reach the disk (`engine/scrub.rs`): scrub ids and
+/// their tables, oldest first.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _scrub_due() -> TableIterator<'static, (name!(id, i64), name!(relation, pg_sys::Oid))> {
+    crate::identity::refuse_restricted().or_report();
+    let due = crate::catalog::scrub::due().or_report();
+    TableIterator::new(
+        due.into_iter()
+            .map(|(id, relation)| (id, pg_sys::Oid::from(relation))),
+    )
+}
+
+/// Checks scrub `id` and records it (`vacuumed`: the worker ran VACUUM just before); its
+/// status, or NULL when it is closed already.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _scrub_check(id: i64, vacuumed: bool) -> Option<String> {
+    crate::identity::refuse_restricted().or_report();
+    crate::engine::scrub::check(id, vacuumed)
+        .or_report()
+        .map(|s| s.as_str().to_owned())
+}

@@ -73,6 +73,9 @@ pub enum LedgerMethod {
     Pause,
     /// Eligible rows a run left because rows referencing them keep them (engine/references.rs).
     ReferenceSkip,
+    /// The row versions an erasure deleted from one table are gone from its pages
+    /// (engine/scrub.rs).
+    ErasureScrub,
 }
 
 impl LedgerMethod {
@@ -101,6 +104,7 @@ impl LedgerMethod {
             LedgerMethod::Supersede => "supersede",
             LedgerMethod::Pause => "pause",
             LedgerMethod::ReferenceSkip => "reference_skip",
+            LedgerMethod::ErasureScrub => "erasure_scrub",
         }
     }
 }

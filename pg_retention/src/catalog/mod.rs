@@ -2,7 +2,7 @@
 //! in `sql/catalog.sql` or `sql/archive.sql`): policies and their versions (`policy.rs`), holds
 //! and lifts (`hold.rs`), archive batches, their key sets and archive records (`batch.rs`), the
 //! ledger (`ledger.rs`), window links (`link.rs`), pull consumers (`consumer.rs`), the WAL
-//! budget of paced sweeps (`wal_budget.rs`), erasures that reach archives (`supersession.rs`),
+//! budget of paced sweeps (`wal_budget.rs`), erasures that reach archives (`supersession.rs`) and the tables' pages (`scrub.rs`),
 //! leaves detached to be dropped whole (`retiring.rs`), the gauges metrics() keeps between
 //! scrapes (`gauges.rs`).
 //! `tree.rs` reads a table's partition tree without locks (`retention._below`, `_tree_of`).
@@ -20,6 +20,7 @@ pub mod policy;
 pub mod prepared;
 pub mod relation;
 pub mod retiring;
+pub mod scrub;
 pub mod supersession;
 pub mod tree;
 pub mod wal_budget;

@@ -11,12 +11,14 @@
 //! through supersessions (`catalog/supersession.rs`), recorded when the live rows are gone.
 
 use crate::api::hold::non_empty;
+use crate::catalog::scrub;
 use crate::catalog::supersession::Erasure;
 use crate::catalog::{
     active_holds, caller, caller_oid, partition, query_json, Hold, Leaf, LedgerEntry, LedgerMethod,
     RelationInfo,
 };
 use crate::engine::eligible::hold_call;
+use crate::engine::references::Dependents;
 use crate::engine::validate::check_predicate;
 use crate::error::{returned_nothing, Result, RetentionError};
 use crate::sql_text::predicate as parenthesized;
@@ -83,12 +85,17 @@ pub fn erase(req: &Request<'_>, budget: Option<i32>) -> Result<Erased> {
     let mut deleted = 0i64;
     let mut collided: BTreeMap<i64, i64> = BTreeMap::new();
     let mut exhausted = true;
-    'leaves: for leaf in &leaves {
+    // Rows erased per leaf: each leaf erased from is scrubbed (engine/scrub.rs), and so is
+    // each leaf of a table whose rows the erasure's deletes cascaded to or updated.
+    let mut per_leaf: Vec<(&Leaf, i64)> = Vec::new();
+    let dependents = Dependents::of(&rel, false)?;
+    let dependents_before = dependents.leaf_counts()?;
+    'leaves: for info in &leaves {
         let on_leaf: Vec<&Hold> = holds
             .iter()
-            .filter(|h| h.leaves.as_ref().is_none_or(|l| l.contains(&leaf.oid)))
+            .filter(|h| h.leaves.as_ref().is_none_or(|l| l.contains(&info.oid)))
             .collect();
-        let leaf = &Target::of(&rel, leaf)?;
+        let leaf = &Target::of(&rel, info)?;
         for _ in 0..ROUNDS {
             loop {
                 let want = match budget {
@@ -103,6 +110,12 @@ pub fn erase(req: &Request<'_>, budget: Option<i32>) -> Result<Erased> {
                     delete_some(leaf, &on_leaf, req.predicate, want)
                 })?;
                 deleted += n;
+                if n > 0 {
+                    match per_leaf.last_mut() {
+                        Some((l, rows)) if l.oid == info.oid => *rows += n,
+                        _ => per_leaf.push((info, n)),
+                    }
+                }
                 for (h, m) in on_leaf.iter().zip(per_hold) {
                     *collided.entry(h.id).or_default() += m;
                 }
@@ -134,6 +147,15 @@ pub fn erase(req: &Request<'_>, budget: Option<i32>) -> Result<Erased> {
     } else {
         0
     };
+    for (leaf, rows) in &per_leaf {
+        scrub::record(req.request_ref, leaf.oid, &leaf.qualified, *rows)?;
+    }
+    for (oid, (name, now)) in dependents.leaf_counts()? {
+        let before = dependents_before.get(&oid).map_or(0, |(_, n)| *n);
+        if now > before {
+            scrub::record(req.request_ref, oid, &name, now - before)?;
+        }
+    }
     let collisions: Vec<(i64, i64)> = collided.into_iter().filter(|(_, n)| *n > 0).collect();
     LedgerEntry {
         method: LedgerMethod::Erasure,

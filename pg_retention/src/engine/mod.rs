@@ -11,6 +11,7 @@ pub mod quota;
 pub mod references;
 pub mod retire;
 pub mod run_context;
+pub mod scrub;
 pub mod search_path;
 pub mod sweep;
 pub mod validate;

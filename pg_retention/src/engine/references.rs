@@ -14,12 +14,13 @@
 //! refuse deletes by validation). The rows a step's cascades delete and its SET NULL / SET
 //! DEFAULT keys update are counted per table for its ledger entry ([`Dependents`]).
 
-use crate::catalog::{active_holds, Hold, HoldFence, Reference, RelationInfo};
+use crate::catalog::{active_holds, query_json, Hold, HoldFence, Reference, RelationInfo};
 use crate::engine::eligible::{hold_call, on_held_leaves};
 use crate::error::Result;
 use crate::sql_text::ident;
 use pgrx::prelude::*;
 use serde_json::json;
+use std::collections::BTreeMap;
 
 /// How deep a chain of cascading keys is followed; past it (or round a cycle of keys), a
 /// cascading key whose tables have anything to protect keeps every row it references.
@@ -251,6 +252,25 @@ impl Dependents {
             Spi::get_one::<Vec<i64>>(&format!("SELECT ARRAY[{}]::bigint[]", items.join(", ")))?
                 .unwrap_or_default(),
         )
+    }
+
+    /// Per leaf (partition) of every dependent table: its quoted name and the rows of it the
+    /// current transaction has deleted or updated so far.
+    pub fn leaf_counts(&self) -> Result<BTreeMap<u32, (String, i64)>> {
+        if self.tables.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let oids: Vec<i64> = self.tables.iter().map(|(o, _, _)| i64::from(*o)).collect();
+        let rows: Vec<(u32, String, i64)> = query_json(
+            "SELECT coalesce(jsonb_agg(jsonb_build_array(l::bigint, l::regclass::text,
+                        pg_catalog.pg_stat_get_xact_tuples_deleted(l)
+                        + pg_catalog.pg_stat_get_xact_tuples_updated(l))), '[]')
+               FROM (SELECT DISTINCT l FROM unnest($1::bigint[]) t(o),
+                            retention._tree_of(t.o::oid) l) d",
+            &[oids.into()],
+        )?
+        .unwrap_or_default();
+        Ok(rows.into_iter().map(|(o, n, c)| (o, (n, c))).collect())
     }
 
     /// What changed since `before` (from [`Dependents::counts`]), for a ledger entry: the

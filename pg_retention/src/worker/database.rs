@@ -18,7 +18,7 @@ use std::ffi::CString;
 use std::time::{Duration, Instant};
 
 /// Runs `f` in its own transaction.
-fn tx<R>(
+pub(super) fn tx<R>(
     f: impl FnOnce() -> Result<R, pgrx::spi::SpiError>
         + std::panic::UnwindSafe
         + std::panic::RefUnwindSafe,
@@ -338,6 +338,9 @@ fn visit(database: &str) {
     set_activity(database, None);
     let order = policies(resume.as_deref());
     let ended = run_cycle(&visit, &order);
+    if matches!(ended, CycleEnd::Complete) {
+        super::vacuum::scrub_erasures(|| !visit.over());
+    }
     let naptime = Duration::from_secs(gucs::naptime_secs());
     let (state, left, next) = match ended {
         CycleEnd::Complete => (

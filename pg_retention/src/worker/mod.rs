@@ -4,7 +4,8 @@
 //! The launcher is registered at postmaster start (so the library must be preloaded) and is
 //! connected to no database. Each visit is a worker of its own: it connects to its database,
 //! sweeps the policies of the database's cycle through the same steps as
-//! `CALL retention.run()` for at most `pg_retention.max_visit_time`, and exits; the launcher
+//! `CALL retention.run()` for at most `pg_retention.max_visit_time`, then (when its cycle is
+//! complete) checks and vacuums the tables erasures deleted from (`vacuum.rs`), and exits; the launcher
 //! gives the next free worker to the database that has waited longest.
 
 pub mod board;
@@ -13,6 +14,7 @@ mod databases;
 mod launcher;
 mod rotation;
 mod schedule;
+mod vacuum;
 
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use std::sync::atomic::{AtomicBool, Ordering};
