@@ -1,4 +1,4 @@
-//! The archiver's one error type, and how each maps to an exit code.
+//! The archiver's one error type (`crate::exit` maps each to an exit code).
 
 use crate::keys::display;
 use crate::redact::redact;
@@ -57,6 +57,15 @@ pub enum Error {
     /// JSON.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
+    /// The database answered with a state the protocol does not know (an extension of another
+    /// version than this archiver's).
+    #[error("database: {what} {value:?} is not one this archiver knows")]
+    Protocol {
+        /// What was answered.
+        what: &'static str,
+        /// The text.
+        value: String,
+    },
     /// This database's archive namespace is claimed in the store by another database (or
     /// another cluster): writing, sweeping or expiring there could touch its objects.
     #[error(
@@ -70,23 +79,9 @@ pub enum Error {
     },
 }
 
-impl Error {
-    /// Process exit code: 2 configuration, 3 database, 4 object store, 5 refused or failed
-    /// verification (data safety), 6 the namespace is another database's, 1 anything else.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Error::Config(_) => 2,
-            Error::Db(_) => 3,
-            Error::Store(_) => 4,
-            Error::ForeignOccupant { .. }
-            | Error::Verify { .. }
-            | Error::Refused { .. }
-            | Error::Superseded { .. }
-            | Error::Manifest(_)
-            | Error::UntrustedType { .. } => 5,
-            Error::NamespaceClaimed { .. } => 6,
-            _ => 1,
-        }
+impl From<crate::keys::UnreadableKey> for Error {
+    fn from(e: crate::keys::UnreadableKey) -> Self {
+        Error::Config(e.to_string())
     }
 }
 

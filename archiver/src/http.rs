@@ -9,7 +9,7 @@
 use crate::config::Settings;
 use crate::db::Db;
 use crate::error::{Error, Result};
-use crate::metrics::{self, DbSample, Metrics};
+use crate::metrics::{self, DbSample, Metrics, SampleKind};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
@@ -70,11 +70,7 @@ impl Probe {
         let mut slot = self.db.lock().await;
         if slot.as_ref().is_none_or(Db::is_closed) {
             let db = Db::connect(&self.settings).await?;
-            db.client()
-                .batch_execute(&format!(
-                    "SET statement_timeout = '{STATEMENT_TIMEOUT}'; SET application_name = 'pg-retention-archiver metrics'"
-                ))
-                .await?;
+            db.for_metrics(STATEMENT_TIMEOUT).await?;
             *slot = Some(db);
         }
         let db = slot
@@ -107,7 +103,7 @@ async fn metrics_endpoint(State(probe): State<Arc<Probe>>) -> impl IntoResponse 
             labels: vec![],
             value: f64::from(u8::from(reachable)),
             help: "1 when this scrape could read retention.metrics().".into(),
-            kind: "gauge".into(),
+            kind: SampleKind::Gauge,
         }],
     );
     metrics::finish(&mut body);
@@ -126,14 +122,7 @@ async fn healthz(State(probe): State<Arc<Probe>>) -> impl IntoResponse {
 }
 
 async fn readyz(State(probe): State<Arc<Probe>>) -> impl IntoResponse {
-    let ready = probe
-        .with_db(|db| {
-            Box::pin(async move {
-                db.client().simple_query("SELECT 1").await?;
-                Ok(())
-            })
-        })
-        .await;
+    let ready = probe.with_db(|db| Box::pin(db.ping())).await;
     match ready {
         Ok(()) if (probe.live)() => (StatusCode::OK, "ready\n".to_owned()),
         Ok(()) => (

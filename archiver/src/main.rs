@@ -1,12 +1,17 @@
 //! `pg-retention-archiver`: writes verified archive slices to object storage and then asks the
 //! extension to prune exactly the rows it archived. `main` only parses, sets up logging and
-//! dispatches; each command lives in its module.
+//! dispatches; each command lives in its module, every statement sent to the database in
+//! `db`, every exit code in `exit`.
 #![deny(rust_2018_idioms)]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 mod cli;
 mod config;
 mod db;
 mod error;
+mod exit;
 mod expire;
 mod fault;
 mod http;
@@ -17,6 +22,7 @@ mod ops;
 mod orphans;
 mod pipeline;
 mod redact;
+mod restore;
 mod runner;
 mod store;
 mod supersede;
@@ -27,6 +33,7 @@ use clap::Parser;
 use cli::{Cli, Command};
 use config::Settings;
 use error::{Error, Result};
+use exit::Exit;
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
@@ -95,21 +102,21 @@ async fn dispatch(cli: Cli, settings: Settings) -> Result<()> {
             into,
             untyped_as_text,
         } => {
-            let n = ops::restore(&settings, &key, &into, untyped_as_text).await?;
+            let n = restore::restore(&settings, &key, &into, untyped_as_text).await?;
             println!("restored {n} rows into {into}");
             Ok(())
         }
     }
 }
 
-/// Runs one step of an expire operation: exit 0 accepted or completed, 2 invalid input, 3
-/// refused or not ready, 4 partial, 5 a bounded service failure.
+/// Runs one step of an expire operation: how it ended ([`Exit`]: done, invalid input, refused
+/// or not ready, partial, a bounded service failure, the namespace another database's).
 async fn expire_step(
     settings: &Settings,
     bounds: cli::ExpireBounds,
     actor: &str,
     step: cli::ExpireStep,
-) -> expire::Exit {
+) -> Exit {
     let result = async {
         let active = humantime::parse_duration(&bounds.max_active_time).map_err(|e| {
             Error::Config(format!(
@@ -162,18 +169,18 @@ fn main() -> ExitCode {
         // --help and --version.
         Err(e) if !e.use_stderr() => {
             let _ = e.print();
-            return ExitCode::SUCCESS;
+            return Exit::Done.into();
         }
         Err(e) => {
             eprint!("{}", cli::usage_error(&e));
-            return ExitCode::from(2);
+            return Exit::Invalid.into();
         }
     };
     let settings = match Settings::resolve(cli.options.clone()) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("pg-retention-archiver: {e}");
-            return ExitCode::from(e.exit_code());
+            return Exit::of(&e).into();
         }
     };
     init_logging(settings.json_logs);
@@ -185,7 +192,7 @@ fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("pg-retention-archiver: cannot start the runtime: {e}");
-            return ExitCode::from(1);
+            return Exit::Other.into();
         }
     };
     if let Command::Expire {
@@ -196,14 +203,14 @@ fn main() -> ExitCode {
     {
         let actor = actor.unwrap_or_else(|| settings.owner.clone());
         let code = runtime.block_on(expire_step(&settings, bounds, &actor, step));
-        return ExitCode::from(code as u8);
+        return code.into();
     }
     match runtime.block_on(dispatch(cli, settings)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => Exit::Done.into(),
         Err(e) => {
             tracing::error!(error = %e, "pg-retention-archiver failed");
             eprintln!("pg-retention-archiver: {e}");
-            ExitCode::from(e.exit_code())
+            Exit::of(&e).into()
         }
     }
 }

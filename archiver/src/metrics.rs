@@ -254,6 +254,33 @@ impl Metrics {
     }
 }
 
+/// The type of a database family, as `retention.metrics()` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleKind {
+    /// `counter`: its samples are named with `_total`, its family without.
+    Counter,
+    /// `gauge`, and any type the exposition does not know.
+    Gauge,
+}
+
+impl SampleKind {
+    /// The type as the exposition spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SampleKind::Counter => "counter",
+            SampleKind::Gauge => "gauge",
+        }
+    }
+
+    /// The kind `retention.metrics()` names `text`: a counter, or else a gauge.
+    pub fn parse(text: &str) -> SampleKind {
+        match text {
+            "counter" => SampleKind::Counter,
+            _ => SampleKind::Gauge,
+        }
+    }
+}
+
 /// One sample of `retention.metrics()`.
 pub struct DbSample {
     /// Family name (a counter's ends in `_total`).
@@ -264,8 +291,8 @@ pub struct DbSample {
     pub value: f64,
     /// Help text.
     pub help: String,
-    /// `counter` or `gauge`.
-    pub kind: String,
+    /// Its family's type.
+    pub kind: SampleKind,
 }
 
 fn escape(v: &str) -> String {
@@ -281,17 +308,12 @@ pub fn render_database(out: &mut String, samples: &[DbSample]) {
     for s in samples {
         if family != Some(s.name.as_str()) {
             family = Some(&s.name);
-            let kind = if s.kind == "counter" {
-                "counter"
-            } else {
-                "gauge"
-            };
-            let base = match kind {
-                "counter" => s.name.strip_suffix("_total").unwrap_or(&s.name),
-                _ => &s.name,
+            let base = match s.kind {
+                SampleKind::Counter => s.name.strip_suffix("_total").unwrap_or(&s.name),
+                SampleKind::Gauge => &s.name,
             };
             let _ = writeln!(out, "# HELP {base} {}", escape(&s.help));
-            let _ = writeln!(out, "# TYPE {base} {kind}");
+            let _ = writeln!(out, "# TYPE {base} {}", s.kind.as_str());
         }
         let labels: Vec<String> = s
             .labels
@@ -337,14 +359,14 @@ mod tests {
                     labels: vec![("policy".into(), "au\"dit".into())],
                     value: 10.0,
                     help: "Rows deleted.".into(),
-                    kind: "counter".into(),
+                    kind: SampleKind::Counter,
                 },
                 DbSample {
                     name: "pg_retention_build_info".into(),
                     labels: vec![("version".into(), "0.5.0".into())],
                     value: 1.0,
                     help: "Version.".into(),
-                    kind: "gauge".into(),
+                    kind: SampleKind::Gauge,
                 },
             ],
         );

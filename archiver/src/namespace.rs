@@ -52,21 +52,14 @@ pub async fn own(db: &Db, store: &Store) -> Result<String> {
 
 /// This database's namespace and identity, as the catalog records them.
 pub async fn read(db: &Db) -> Result<Claim> {
-    let row = db
-        .client()
-        .query_one(
-            "SELECT namespace, system_identifier, database_oid, database_name FROM retention.archive_namespace()",
-            &[],
-        )
-        .await?;
-    let mine = Claim {
+    let me = db.identity().await?;
+    Ok(Claim {
         format: "pg_retention.namespace_claim.v1".into(),
-        namespace: row.get(0),
-        system_identifier: row.get(1),
-        database_oid: row.get(2),
-        database: row.get(3),
-    };
-    Ok(mine)
+        namespace: me.namespace,
+        system_identifier: me.system_identifier,
+        database_oid: me.database_oid,
+        database: me.database_name,
+    })
 }
 
 /// Claims `mine` in `store`: its namespace, or the refusal when another database has it.

@@ -32,14 +32,8 @@ struct References {
 
 impl References {
     async fn read(db: &Db) -> Result<References> {
-        let row = db
-            .client()
-            .query_one(
-                "SELECT r.archived, r.live_batches FROM retention.archive_object_refs() r",
-                &[],
-            )
-            .await?;
-        Ok(References::new(row.get(0), row.get(1)))
+        let refs = db.references().await?;
+        Ok(References::new(refs.archived, refs.live_batches))
     }
 
     /// The references of the slice keys the database records and its live batches. Keys are
@@ -122,16 +116,7 @@ pub async fn sweep(settings: &Settings, age: Duration, apply: bool) -> Result<()
     for chunk in keys.chunks(MAX_KEYS_PER_REQUEST) {
         store.delete(chunk).await?;
     }
-    db.client()
-        .execute(
-            "SELECT retention.ledger_orphan_objects($1, $2, $3, $4)",
-            &[
-                &(keys.len() as i64),
-                &(bytes as i64),
-                &keys,
-                &settings.owner,
-            ],
-        )
+    db.ledger_orphan_objects(&keys, bytes, &settings.owner)
         .await?;
     println!(
         "deleted {} unreferenced objects ({bytes} bytes)",

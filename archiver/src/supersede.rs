@@ -17,42 +17,18 @@
 //! place (after), the supersession open, and the next pass finishes it. The objects of 3 are
 //! deterministic, so a retry finds its own bytes there and accepts them.
 
+use crate::db::{Open, OpenState, Rewrite, RewriteRecorded};
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::keys::manifest_for;
 use crate::metrics::{Superseded, SupersededLabels};
+use crate::pipeline::write::{put_create, read_back, Objects};
 use crate::pipeline::{count_failure, Context};
 use bytes::Bytes;
 use pg_retention_format::{encode_frame, summarize_slice, verify_slice, Manifest};
 
 /// Open supersessions read per round.
 const ROUND: i32 = 100;
-
-/// An open supersession as the index lists it (`retention.open_supersessions`).
-pub struct Open {
-    /// Id.
-    pub id: i64,
-    /// The archive.
-    pub archive_id: i64,
-    /// `pending` or `rewritten`.
-    pub state: String,
-    /// The archive's slice key now, its BLAKE3, rows and bytes.
-    pub object_key: String,
-    /// BLAKE3 (hex) of the archive's slice now.
-    pub blake3: String,
-    /// Rows of the archive's slice now.
-    pub rows: i64,
-    /// Bytes of the archive's slice now.
-    pub bytes: i64,
-    /// For a rewritten one: the slice key it replaced, to delete.
-    pub replaced_key: Option<String>,
-    /// Where the rewrite goes.
-    pub rewrite_key: String,
-    /// The archive's objects expired: nothing is left to rewrite.
-    pub expired: bool,
-    /// The archive's policy (the label its failures are counted under).
-    pub policy: String,
-}
 
 /// What a pass over the open supersessions did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -95,7 +71,7 @@ pub async fn pass(ctx: &Context) -> Result<Done> {
 /// unaffected when it had nothing to rewrite.
 async fn one(ctx: &Context, s: &Open) -> Result<Superseded> {
     let owner = ctx.settings.owner.as_str();
-    if s.state == "rewritten" {
+    if s.state == OpenState::Rewritten {
         let replaced = s.replaced_key.as_deref().ok_or_else(|| {
             Error::Refusal(format!(
                 "supersession {} is rewritten without a replaced key",
@@ -159,56 +135,50 @@ async fn one(ctx: &Context, s: &Open) -> Result<Superseded> {
     next.bytes = bytes;
     next.blake3 = blake3.clone();
     next.supersedes = Some(blake3::hash(&manifest_bytes).to_hex().to_string());
-    let next_bytes = Bytes::from(serde_json::to_vec_pretty(&next)?);
-    let (skey, mkey) = (s.rewrite_key.clone(), manifest_for(&s.rewrite_key));
-    let rewritten = Bytes::from(rewritten);
-    ctx.store.put_create(&skey, rewritten.clone()).await?;
-    fault::point("supersede-after-slice");
-    ctx.store.put_create(&mkey, next_bytes.clone()).await?;
+    let supersedes = next.supersedes.clone().unwrap_or_default();
+    // 3 and 4 are the pipeline's own steps: create-only writes, then both read back.
+    let objects = Objects {
+        slice_key: s.rewrite_key.clone(),
+        manifest_key: manifest_for(&s.rewrite_key),
+        slice: Bytes::from(rewritten),
+        manifest: Bytes::from(serde_json::to_vec_pretty(&next)?),
+        digest: blake3,
+        bytes,
+    };
+    put_create(&ctx.store, &objects, Some("supersede-after-slice")).await?;
     fault::point("supersede-after-write");
-    // 4. Read back.
-    let back = ctx.store.get(&skey).await?;
-    verify_slice(&back, &blake3, rows_kept, bytes).map_err(|e| Error::Verify {
-        key: skey.clone(),
-        reason: e.to_string(),
-    })?;
-    if ctx.store.get(&mkey).await? != next_bytes {
-        return Err(Error::Verify {
-            key: mkey,
-            reason: "the manifest read back differs".into(),
-        });
-    }
-    // 5. Record. Refused (RT504) when an expire operation marked the archive expired since it
-    // was listed: its objects are deleted, the erased rows with them, and the rewrite is
-    // nobody's object. It goes, and the supersession is unaffected.
-    let supersedes = next.supersedes.unwrap_or_default();
+    read_back(&ctx.store, &objects).await?;
+    // 5. Record. Refused when an expire operation marked the archive expired since it was
+    // listed: its objects are deleted, the erased rows with them, and the rewrite is nobody's
+    // object. It goes, and the supersession is unaffected.
     let recorded = ctx
         .db
         .supersession_rewritten(
             s.id,
-            &s.object_key,
-            &skey,
-            &blake3,
-            rows_kept,
-            bytes,
-            &supersedes,
+            &Rewrite {
+                replaced_key: &s.object_key,
+                object_key: &objects.slice_key,
+                blake3: &objects.digest,
+                rows: rows_kept,
+                bytes,
+                supersedes: &supersedes,
+            },
         )
-        .await;
-    if let Err(Error::Db(e)) = &recorded {
-        if e.code().is_some_and(|c| c.code() == "RT504") {
-            tracing::warn!(
-                supersession = s.id,
-                archive = s.archive_id,
-                "the archive expired while it was rewritten; the rewrite is deleted"
-            );
-            ctx.store.delete(&[skey, mkey]).await?;
-            ctx.db
-                .supersession_unaffected(s.id, "the archive's objects expired")
-                .await?;
-            return Ok(Superseded::Unaffected);
-        }
+        .await?;
+    if recorded == RewriteRecorded::ArchiveExpired {
+        tracing::warn!(
+            supersession = s.id,
+            archive = s.archive_id,
+            "the archive expired while it was rewritten; the rewrite is deleted"
+        );
+        ctx.store
+            .delete(&[objects.slice_key, objects.manifest_key])
+            .await?;
+        ctx.db
+            .supersession_unaffected(s.id, "the archive's objects expired")
+            .await?;
+        return Ok(Superseded::Unaffected);
     }
-    recorded?;
     fault::point("supersede-after-record");
     tracing::info!(
         supersession = s.id,

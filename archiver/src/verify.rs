@@ -8,7 +8,7 @@
 //! it could not check completeness.
 
 use crate::config::Settings;
-use crate::db::Db;
+use crate::db::{Db, ObjectState, ObjectStatus, Verification};
 use crate::error::{Error, Result};
 use crate::keys::{canonical, display, in_namespace, manifest_for, slice_for};
 use crate::ops::{read_manifest, resolve_key, Progress};
@@ -105,16 +105,7 @@ fn report(key: &str, verdict: Result<Verdict>) -> bool {
 /// `verify --all` with a database: the recorded archives, then the rest of the namespace.
 async fn complete(store: &Store, db: &Db) -> Result<Outcome> {
     let ns = crate::namespace::own(db, store).await?;
-    let recorded: Vec<String> = db
-        .client()
-        .query(
-            "SELECT object_key FROM retention.archives WHERE expired_at IS NULL ORDER BY id",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let recorded = db.unexpired_archive_keys().await?;
     let mut outcome = Outcome::default();
     let mut recorded_failed = 0usize;
     let progress = Progress::new(recorded.len());
@@ -139,14 +130,7 @@ async fn complete(store: &Store, db: &Db) -> Result<Outcome> {
     // The rest of the namespace: objects kept for a reason (a rewrite's replaced slice, an
     // open supersession's, a live batch's) are verified as before; the others are listed.
     let current: BTreeSet<String> = recorded.iter().map(|k| canonical(k)).collect();
-    let refs: Vec<String> = db
-        .client()
-        .query_one(
-            "SELECT r.archived FROM retention.archive_object_refs() r",
-            &[],
-        )
-        .await?
-        .get(0);
+    let refs = db.archived_keys().await?;
     let referenced: BTreeSet<String> = refs.iter().map(|k| canonical(&slice_for(k))).collect();
     let mut unreferenced = 0usize;
     outcome.failed = recorded_failed;
@@ -183,17 +167,13 @@ async fn complete(store: &Store, db: &Db) -> Result<Outcome> {
         );
     }
     let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-    db.client()
-        .execute(
-            "SELECT retention.record_archive_verification($1, $2, $3, $4)",
-            &[
-                &count(checked),
-                &count(outcome.missing.len()),
-                &count(recorded_failed),
-                &count(unreferenced),
-            ],
-        )
-        .await?;
+    db.record_verification(Verification {
+        checked: count(checked),
+        missing: count(outcome.missing.len()),
+        failed: count(recorded_failed),
+        unreferenced: count(unreferenced),
+    })
+    .await?;
     Ok(outcome)
 }
 
@@ -230,10 +210,12 @@ async fn verify_one(store: &Store, db: Option<&Db>, key: &str) -> Result<Verdict
     let Some(db) = db else {
         return Ok(Verdict::Verified(rewrite));
     };
-    if let Some((state, by)) = db.object_state(key).await? {
-        if state == "superseded" {
-            return Ok(Verdict::Superseded(by));
-        }
+    if let Some(ObjectStatus {
+        state: ObjectState::Superseded,
+        current_key,
+    }) = db.object_state(key).await?
+    {
+        return Ok(Verdict::Superseded(current_key));
     }
     match db.archive_record(&m.batch).await? {
         None => Ok(Verdict::Verified(

@@ -1879,7 +1879,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET extra_float_digits = 1 SET bytea_output = 'hex'
 AS $fn$ SELECT (retention._result(retention._complete_batch(batch::text, object_key, blake3, rows, bytes, owner)))::bigint $fn$;
 
--- Archive lifecycle (archive/expiry.rs; the archiver's `expire`, archiver/src/expire.rs):
+-- Archive lifecycle (archive/expiry.rs; the archiver's `expire`, archiver/src/expire/):
 -- archives past their policy's archive_keep, the holds over an archive's rows, and expire
 -- operations, whose state lives in the ledger (expire_prepare, expire_apply entries).
 CREATE OR REPLACE FUNCTION retention.expiry_candidates()

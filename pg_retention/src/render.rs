@@ -621,6 +621,41 @@ pub fn render_batch(rel: &RelationInfo, places: &[Tid]) -> Result<Rendered> {
     render_at(rel, &sql, places, false)
 }
 
+/// While alive, the plan cache hands out generic plans only (`plan_cache_mode =
+/// force_generic_plan`), as [`GenericPlans::run`] uses it around a statement over a tid[].
+///
+/// A custom plan of `ctid = ANY ($1) AND <age> < $2` sees the cutoff as a constant and the
+/// 10,000 tids as 10,000 elements, and picks the age column's index with the tids as a filter:
+/// the first five prunes of a run (before the plan cache settles on a generic plan) each read
+/// every eligible row of the table, not their own batch's (a fifth of an archive run's time on
+/// a table of a million rows). The generic plan is a TID scan.
+struct GenericPlans {
+    before: std::ffi::c_int,
+}
+
+impl GenericPlans {
+    /// Runs `f` with generic plans only; the setting comes back after it, raised or not (an
+    /// error raised inside unwinds through the guard's drop).
+    fn run<T>(f: impl FnOnce() -> T) -> T {
+        // Safety: the backend's own setting, read and written on its one thread; restored by
+        // the guard's drop on every path out of `f`.
+        let _guard = unsafe {
+            let before = pg_sys::plan_cache_mode;
+            pg_sys::plan_cache_mode =
+                pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as std::ffi::c_int;
+            GenericPlans { before }
+        };
+        f()
+    }
+}
+
+impl Drop for GenericPlans {
+    fn drop(&mut self) {
+        // Safety: as in `run`.
+        unsafe { pg_sys::plan_cache_mode = self.before };
+    }
+}
+
 /// The plan kept for `sql`, a statement whose first parameter `$1` is a tid[] and whose
 /// others are of the types `more`.
 fn plan_over_tids(
@@ -643,12 +678,8 @@ pub fn render_at(
     mutating: bool,
 ) -> Result<Rendered> {
     let plan = plan_over_tids(sql, &[], mutating)?;
-    render_frames(
-        rel,
-        Statement::Plan(&plan),
-        &[crate::arrays::tids(places)?],
-        places.len(),
-    )
+    let tids = crate::arrays::tids(places)?;
+    GenericPlans::run(|| render_frames(rel, Statement::Plan(&plan), &[tids], places.len()))
 }
 
 /// The keys and versions of the rows of `sql`, a statement built at run time over the tids `$1`
@@ -673,7 +704,7 @@ pub fn versions_at(
         extremes: None,
         most: places.len(),
     };
-    let (rendered, _) = render_rows(Statement::Plan(&plan), &args, &layout)?;
+    let (rendered, _) = GenericPlans::run(|| render_rows(Statement::Plan(&plan), &args, &layout))?;
     Ok(rendered)
 }
 

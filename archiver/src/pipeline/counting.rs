@@ -1,6 +1,7 @@
 //! What the pipeline counts: archived batches and their rows, failed batches by outcome and
 //! reason.
 
+use crate::db::Release;
 use crate::error::Error;
 use crate::metrics::{BatchLabels, Metrics, Outcome, StoreLabels, StoreReason};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -65,11 +66,11 @@ pub fn count_batch_failure(m: &Metrics, policy: &str, e: &Error) {
         .inc();
 }
 
-/// The reason a failed batch is released with (ledgered).
-pub fn release_reason(e: &Error) -> String {
+/// Why a batch that failed with `e` is released (ledgered, and counted by its cause).
+pub fn release_reason(e: &Error) -> Release {
     match e {
-        Error::Refused { .. } => format!("refused: {e}"),
-        _ => format!("archiver: {e}"),
+        Error::Refused { .. } => Release::Refused(e.to_string()),
+        _ => Release::Failed(e.to_string()),
     }
 }
 
@@ -138,8 +139,11 @@ mod tests {
             ),
             Some(1.0)
         );
-        assert!(release_reason(&refused).starts_with("refused: "));
-        assert!(release_reason(&io).starts_with("archiver: "));
+        assert_eq!(
+            release_reason(&refused),
+            Release::Refused(refused.to_string())
+        );
+        assert_eq!(release_reason(&io), Release::Failed(io.to_string()));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! most: N+1's slice while N+2's arrives (a slice is dropped once verified, before its prune).
 
 use crate::config::Settings;
-use crate::db::Db;
+use crate::db::{Db, Release};
 use crate::error::{Error, Result};
 use crate::fault;
 use crate::metrics::{Metrics, Stage};
@@ -23,7 +23,7 @@ use std::time::Instant;
 use write::write_checked;
 
 mod counting;
-mod write;
+pub mod write;
 
 /// A batch archived and pruned.
 #[derive(Debug, PartialEq, Eq)]
@@ -293,7 +293,7 @@ pub async fn drain(ctx: &Context, flight: &mut Flight, unwritten: Unwritten) -> 
     if unwritten == Unwritten::Release {
         if let Some(c) = claimed.take() {
             c.extender.abort();
-            if let Err(e) = ctx.db.release(&c.batch, STOPPED).await {
+            if let Err(e) = ctx.db.release(&c.batch, &Release::Stopped).await {
                 tracing::error!(batch = %c.batch, error = %e, "batch not released; its lease will expire");
             }
         }
@@ -312,10 +312,6 @@ pub async fn drain(ctx: &Context, flight: &mut Flight, unwritten: Unwritten) -> 
     }
     (pruned, failures)
 }
-
-/// The release reason of a batch claimed but not written when its pass stopped at another
-/// batch's failure: no failure of its own (not counted as one).
-const STOPPED: &str = "stopped before writing: another batch of the pass failed";
 
 /// Counts a failed batch and releases it (best effort: when the database is unreachable the
 /// lease runs out instead).

@@ -1,5 +1,6 @@
-//! Writing a batch's slice and manifest create-only, and reading both back: the proof the
-//! prune is asked with. No database here: the claim's slice and manifest come in.
+//! Writing a slice and its manifest create-only, and reading both back: the proof a batch's
+//! prune is asked with, and the steps an erasure's rewrite (`crate::supersede`) takes too. No
+//! database here: the slice and manifest come in.
 
 use crate::error::{Error, Result};
 use crate::fault;
@@ -22,6 +23,23 @@ pub struct Written {
     pub bytes: u64,
     /// How long writing, reading back and verifying took.
     pub took: Took,
+}
+
+/// A slice and its manifest as they go to the store, under their keys, and what reading the
+/// slice back must find.
+pub struct Objects {
+    /// The slice's key.
+    pub slice_key: String,
+    /// The manifest's key.
+    pub manifest_key: String,
+    /// The slice.
+    pub slice: Bytes,
+    /// The manifest, serialized: it must read back byte-identical.
+    pub manifest: Bytes,
+    /// The slice's BLAKE3 (hex).
+    pub digest: String,
+    /// The slice's length.
+    pub bytes: u64,
 }
 
 /// How long the stages of [`write_checked`] took.
@@ -83,23 +101,29 @@ pub async fn write_checked(
             .overwrite(&skey, Bytes::from_static(b"not ours"))
             .await?;
     }
+    let objects = Objects {
+        slice_key: skey,
+        manifest_key: mkey,
+        slice,
+        manifest: manifest_bytes,
+        digest,
+        bytes,
+    };
     let started = Instant::now();
-    let written = store.put_create(&skey, slice.clone()).await?;
-    store.put_create(&mkey, manifest_bytes.clone()).await?;
+    let written = put_create(store, &objects, None).await?;
     let write = started.elapsed();
-    tracing::info!(policy, batch, key = %skey, rows, bytes, resumed = (written != crate::store::Written::Created), "slice written");
+    tracing::info!(policy, batch, key = %objects.slice_key, rows, bytes, resumed = (written != crate::store::Written::Created), "slice written");
     fault::point("after-upload");
     if fault::armed("corrupt-after-upload") || fault::armed_once("corrupt-once-after-upload") {
         store
-            .overwrite(&skey, fault::flip_middle_bit(&slice))
+            .overwrite(&objects.slice_key, fault::flip_middle_bit(&objects.slice))
             .await?;
     }
-    let (read_back, verify) =
-        verify_written(store, &skey, &mkey, &manifest, &manifest_bytes).await?;
+    let (read_back, verify) = read_back(store, &objects).await?;
     fault::point("after-verify");
     Ok(Written {
-        key: skey,
-        digest,
+        key: objects.slice_key,
+        digest: objects.digest,
         rows,
         bytes,
         took: Took {
@@ -129,28 +153,42 @@ async fn apart<T: Send + 'static>(
         .map_err(|e| verify(e.to_string()))
 }
 
-/// Reads both objects back: the slice must have the length and BLAKE3 of the one whose frames
-/// were checked before it was written (the same digest, the same bytes: decoding it again would
-/// find what that check found), and the manifest must be byte-identical to ours. How long
-/// reading and checking took.
-async fn verify_written(
+/// Writes the slice, then its manifest, create-only (the slice first: a manifest never names
+/// a slice that is not there). `between` names a fault point between the two. What the
+/// slice's write found.
+pub async fn put_create(
     store: &Store,
-    skey: &str,
-    mkey: &str,
-    manifest: &Manifest,
-    manifest_bytes: &Bytes,
-) -> Result<(Duration, Duration)> {
+    objects: &Objects,
+    between: Option<&str>,
+) -> Result<crate::store::Written> {
+    let written = store
+        .put_create(&objects.slice_key, objects.slice.clone())
+        .await?;
+    if let Some(point) = between {
+        fault::point(point);
+    }
+    store
+        .put_create(&objects.manifest_key, objects.manifest.clone())
+        .await?;
+    Ok(written)
+}
+
+/// Reads both objects back: the slice must have the length and BLAKE3 of the one written (the
+/// same digest, the same bytes: decoding it again would find what was checked before it was
+/// written), and the manifest must be byte-identical. How long reading and checking took.
+pub async fn read_back(store: &Store, objects: &Objects) -> Result<(Duration, Duration)> {
+    let (skey, mkey) = (&objects.slice_key, &objects.manifest_key);
     let started = Instant::now();
     let back = store.get(skey).await?;
     let mback = store.get(mkey).await?;
     let read_back = started.elapsed();
     let started = Instant::now();
-    let (digest, bytes) = (manifest.blake3.clone(), manifest.bytes);
+    let (digest, bytes) = (objects.digest.clone(), objects.bytes);
     apart(skey, "the slice read back", move || {
         check_copy(&back, &digest, bytes)
     })
     .await?;
-    if mback != manifest_bytes {
+    if mback != objects.manifest {
         return Err(Error::Verify {
             key: mkey.to_owned(),
             reason: "the manifest read back differs".into(),
@@ -270,14 +308,20 @@ mod tests {
         let (skey, mkey) = (slice_key("ns", &m), manifest_key("ns", &m));
         store.overwrite(&skey, slice.clone()).await.unwrap();
         store.overwrite(&mkey, mbytes.clone()).await.unwrap();
-        verify_written(&store, &skey, &mkey, &m, &mbytes)
-            .await
-            .unwrap();
+        let objects = Objects {
+            slice_key: skey.clone(),
+            manifest_key: mkey.clone(),
+            slice: slice.clone(),
+            manifest: mbytes,
+            digest: m.blake3.clone(),
+            bytes: m.bytes,
+        };
+        read_back(&store, &objects).await.unwrap();
 
         let mut bad = slice.to_vec();
         bad[6] ^= 1;
         store.overwrite(&skey, Bytes::from(bad)).await.unwrap();
-        let r = verify_written(&store, &skey, &mkey, &m, &mbytes).await;
+        let r = read_back(&store, &objects).await;
         assert!(
             matches!(&r, Err(Error::Verify { key, .. }) if *key == skey),
             "{r:?}"
@@ -288,7 +332,7 @@ mod tests {
             .overwrite(&mkey, Bytes::from_static(b"{}"))
             .await
             .unwrap();
-        let r = verify_written(&store, &skey, &mkey, &m, &mbytes).await;
+        let r = read_back(&store, &objects).await;
         assert!(
             matches!(&r, Err(Error::Verify { key, .. }) if *key == mkey),
             "{r:?}"
