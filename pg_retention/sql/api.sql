@@ -662,9 +662,11 @@ CREATE FUNCTION retention.extend_lease(batch uuid, lease interval) RETURNS times
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT (retention._result(retention._extend_lease(batch::text, lease::text)) #>> '{}')::timestamptz $fn$;
 
-CREATE FUNCTION retention.release_batch(batch uuid, reason text) RETURNS boolean
+-- `cause` (refused, failed, stopped) is what the failure counters count the release under; a
+-- release without one (an archiver before 0.5.0) is counted by its reason's first word.
+CREATE FUNCTION retention.release_batch(batch uuid, reason text, cause text DEFAULT NULL) RETURNS boolean
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT (retention._result(retention._release_batch(batch::text, reason)))::boolean $fn$;
+AS $fn$ SELECT (retention._result(retention._release_batch(batch::text, reason, cause)))::boolean $fn$;
 
 CREATE FUNCTION retention.complete_batch(batch uuid, object_key text, blake3 text, rows bigint, bytes bigint,
                                          owner text DEFAULT NULL)
@@ -979,7 +981,7 @@ GRANT EXECUTE ON FUNCTION retention._report_position(text, text, bigint, text),
 GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     retention._claim_slice(text, int, text, text, boolean),
     retention._claim_next(text, int, text, text, boolean),
-    retention._extend_lease(text, text), retention._release_batch(text, text),
+    retention._extend_lease(text, text), retention._release_batch(text, text, text),
     retention._complete_batch(text, text, text, bigint, bigint, text)
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
@@ -1005,7 +1007,7 @@ GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admi
 GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.claim_slice(text, int, interval, text, boolean),
     retention.claim_next(text, int, interval, text, boolean), retention.claimed_slice(uuid),
     retention.batch_manifest(uuid, boolean),
-    retention.batch_frames(uuid), retention.batch_slice(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text),
+    retention.batch_frames(uuid), retention.batch_slice(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text, text),
     retention.complete_batch(uuid, text, text, bigint, bigint, text), retention.archive_policies(),
     retention.expiry_candidates(), retention.archive_holds(bigint, bytea, text[]),
     retention.expire_prepare(uuid, text, interval, bigint[], bigint, bigint, text, text),

@@ -39,8 +39,11 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
             WHEN detail->>'sqlstate' IN ('40001', '40P01', '55P03', '57014') THEN 'conflict'
             WHEN left(detail->>'sqlstate', 2) IN ('22', '23', '42') THEN 'invalid'
             ELSE 'other' END
-        WHEN method = 'release' AND detail->>'reason' LIKE 'refused%' THEN 'archive_refused'
-        WHEN method = 'release' AND detail->>'reason' LIKE 'archiver%' THEN 'archive_failed'
+        WHEN method = 'release' AND detail->>'cause' = 'refused' THEN 'archive_refused'
+        WHEN method = 'release' AND detail->>'cause' = 'failed' THEN 'archive_failed'
+        -- Releases ledgered without a cause (archivers before 0.5.0) say it in their reason.
+        WHEN method = 'release' AND NOT detail ? 'cause' AND detail->>'reason' LIKE 'refused%' THEN 'archive_refused'
+        WHEN method = 'release' AND NOT detail ? 'cause' AND detail->>'reason' LIKE 'archiver%' THEN 'archive_failed'
         WHEN method = 'lease_expired' THEN 'lease_expired'
     END
 $fn$;

@@ -499,8 +499,11 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $fn$
             WHEN detail->>'sqlstate' IN ('40001', '40P01', '55P03', '57014') THEN 'conflict'
             WHEN left(detail->>'sqlstate', 2) IN ('22', '23', '42') THEN 'invalid'
             ELSE 'other' END
-        WHEN method = 'release' AND detail->>'reason' LIKE 'refused%' THEN 'archive_refused'
-        WHEN method = 'release' AND detail->>'reason' LIKE 'archiver%' THEN 'archive_failed'
+        WHEN method = 'release' AND detail->>'cause' = 'refused' THEN 'archive_refused'
+        WHEN method = 'release' AND detail->>'cause' = 'failed' THEN 'archive_failed'
+        -- Releases ledgered without a cause (archivers before 0.5.0) say it in their reason.
+        WHEN method = 'release' AND NOT detail ? 'cause' AND detail->>'reason' LIKE 'refused%' THEN 'archive_refused'
+        WHEN method = 'release' AND NOT detail ? 'cause' AND detail->>'reason' LIKE 'archiver%' THEN 'archive_failed'
         WHEN method = 'lease_expired' THEN 'lease_expired'
     END
 $fn$;
@@ -741,7 +744,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_claim_slice_wrapper';
 
--- pg_retention/src/api/archive.rs:175
+-- pg_retention/src/api/archive.rs:183
 -- pg_retention::api::archive::_complete_batch
 CREATE OR REPLACE FUNCTION "_complete_batch"(
 	"batch" TEXT, /* Option < & str > */
@@ -926,13 +929,13 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_register_consumer_wrapper';
 
--- pg_retention/src/api/archive.rs:167
+-- pg_retention/src/api/archive.rs:168
 -- pg_retention::api::archive::_release_batch
 CREATE OR REPLACE FUNCTION "_release_batch"(
-	"batch" TEXT, /* & str */
-	"reason" TEXT /* & str */
+	"batch" TEXT, /* Option < & str > */
+	"reason" TEXT, /* Option < & str > */
+	"cause" TEXT /* Option < & str > */
 ) RETURNS jsonb /* pgrx :: JsonB */
-STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_release_batch_wrapper';
@@ -1867,9 +1870,11 @@ CREATE OR REPLACE FUNCTION retention.extend_lease(batch uuid, lease interval) RE
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT (retention._result(retention._extend_lease(batch::text, lease::text)) #>> '{}')::timestamptz $fn$;
 
-CREATE OR REPLACE FUNCTION retention.release_batch(batch uuid, reason text) RETURNS boolean
+-- `cause` (refused, failed, stopped) is what the failure counters count the release under; a
+-- release without one (an archiver before 0.5.0) is counted by its reason's first word.
+CREATE OR REPLACE FUNCTION retention.release_batch(batch uuid, reason text, cause text DEFAULT NULL) RETURNS boolean
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT (retention._result(retention._release_batch(batch::text, reason)))::boolean $fn$;
+AS $fn$ SELECT (retention._result(retention._release_batch(batch::text, reason, cause)))::boolean $fn$;
 
 CREATE OR REPLACE FUNCTION retention.complete_batch(batch uuid, object_key text, blake3 text, rows bigint, bytes bigint,
                                          owner text DEFAULT NULL)
@@ -2184,7 +2189,7 @@ GRANT EXECUTE ON FUNCTION retention._report_position(text, text, bigint, text),
 GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     retention._claim_slice(text, int, text, text, boolean),
     retention._claim_next(text, int, text, text, boolean),
-    retention._extend_lease(text, text), retention._release_batch(text, text),
+    retention._extend_lease(text, text), retention._release_batch(text, text, text),
     retention._complete_batch(text, text, text, bigint, bigint, text)
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
@@ -2210,7 +2215,7 @@ GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admi
 GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.claim_slice(text, int, interval, text, boolean),
     retention.claim_next(text, int, interval, text, boolean), retention.claimed_slice(uuid),
     retention.batch_manifest(uuid, boolean),
-    retention.batch_frames(uuid), retention.batch_slice(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text),
+    retention.batch_frames(uuid), retention.batch_slice(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text, text),
     retention.complete_batch(uuid, text, text, bigint, bigint, text), retention.archive_policies(),
     retention.expiry_candidates(), retention.archive_holds(bigint, bytea, text[]),
     retention.expire_prepare(uuid, text, interval, bigint[], bigint, bigint, text, text),

@@ -331,11 +331,26 @@ fn an_update_between_claim_and_complete_makes_complete_refuse_and_delete_nothing
         0
     );
     // The archiver gives the batch up; the refusal is ledgered and the rows are claimable again.
+    // An unknown cause is refused (22023) and releases nothing.
+    let unknown = arch
+        .batch_execute(&format!(
+            "SELECT retention.release_batch('{batch}', 'refused: rows changed', 'because')"
+        ))
+        .unwrap_err();
+    assert_eq!(pg_retention_integration::sqlstate(&unknown), "22023");
     arch.batch_execute(&format!(
-        "SELECT retention.release_batch('{batch}', 'refused: rows changed')"
+        "SELECT retention.release_batch('{batch}', 'refused: rows changed', 'refused')"
     ))
     .unwrap();
-    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM retention.ledger WHERE method = 'release' AND detail->>'reason' LIKE 'refused%'"), 1);
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM retention.ledger WHERE method = 'release' AND detail->>'cause' = 'refused'"), 1);
+    // Counted by its cause, whatever its reason says.
+    assert_eq!(
+        scalar(
+            &mut admin,
+            "SELECT coalesce((errors_total->>'archive_refused')::bigint, 0) FROM retention.stats"
+        ),
+        1
+    );
     assert!(claim(&mut arch, 10).is_some());
 }
 

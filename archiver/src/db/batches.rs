@@ -20,10 +20,10 @@ pub struct Claim {
     pub more: bool,
 }
 
-/// Why a batch is given back. The ledgered reason starts with a word of its own per cause,
-/// and the extension counts failures by that word (`retention._error_reason` in
-/// `pg_retention/sql/ledger.sql` reads `refused…` as `archive_refused`, `archiver…` as
-/// `archive_failed`): this enum is the only place that writes it.
+/// Why a batch is given back: the cause the extension counts failures by (`release_batch`'s
+/// `cause`; `retention._error_reason` in `pg_retention/sql/ledger.sql`), and a reason for
+/// people, which still starts with a word of its own per cause (an extension before 0.5.0
+/// counted by that word). This enum is the only place that writes either.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Release {
     /// The extension refused the prune (its message).
@@ -36,6 +36,15 @@ pub enum Release {
 }
 
 impl Release {
+    /// The cause as `release_batch` takes it.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Release::Refused(_) => "refused",
+            Release::Failed(_) => "failed",
+            Release::Stopped => "stopped",
+        }
+    }
+
     /// The reason as it is ledgered.
     pub fn reason(&self) -> String {
         match self {
@@ -124,11 +133,12 @@ impl Db {
     /// Gives a batch up (ledgered with the reason of its [`Release`]).
     pub async fn release(&self, batch: &str, why: &Release) -> Result<bool> {
         let reason = why.reason();
+        let cause = why.cause();
         let row = self
             .client
             .query_one(
-                "SELECT retention.release_batch($1::text::uuid, $2)",
-                &[&batch, &reason],
+                "SELECT retention.release_batch($1::text::uuid, $2, $3)",
+                &[&batch, &reason, &cause],
             )
             .await?;
         Ok(row.get(0))
@@ -170,9 +180,13 @@ impl Db {
 mod tests {
     use super::*;
 
-    /// `retention._error_reason` counts a release by the first word of its reason.
+    /// `retention._error_reason` counts a release by its cause (and, for an extension before
+    /// 0.5.0, by the first word of its reason): both agree.
     #[test]
     fn each_release_cause_writes_the_word_the_ledger_counts_it_by() {
+        assert_eq!(Release::Refused("x".into()).cause(), "refused");
+        assert_eq!(Release::Failed("x".into()).cause(), "failed");
+        assert_eq!(Release::Stopped.cause(), "stopped");
         assert_eq!(
             Release::Refused("rows changed".into()).reason(),
             "refused: rows changed"

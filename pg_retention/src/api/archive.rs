@@ -163,11 +163,19 @@ fn _extend_lease(batch: &str, lease: &str) -> pgrx::JsonB {
     outcome(crate::identity::entry(|| lease::extend(batch, lease)))
 }
 
-/// Releases a batch; `{"ok": released?}`.
+/// Releases a batch (`cause`: refused, failed or stopped, as the archiver says); `{"ok":
+/// released?}`.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _release_batch(batch: &str, reason: &str) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| lease::release(batch, reason)))
+fn _release_batch(batch: Option<&str>, reason: Option<&str>, cause: Option<&str>) -> pgrx::JsonB {
+    outcome(crate::identity::entry(|| {
+        let cause = cause.map(lease::ReleaseCause::parse).transpose()?;
+        lease::release(
+            required(batch, "batch")?,
+            required(reason, "reason")?,
+            cause,
+        )
+    }))
 }
 
 /// Verifies and prunes a batch; `{"ok": rows deleted}` or `{"error": …}`. A refused prune has

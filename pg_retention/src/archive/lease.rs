@@ -59,7 +59,46 @@ pub fn extend(id: &str, lease: &str) -> Result<String> {
 }
 
 /// Gives a batch up: its rows become claimable again. Releasing an ended batch is a no-op.
-pub fn release(id: &str, reason: &str) -> Result<bool> {
+/// Why an archiver gives a batch back, as it says (`release_batch`'s `cause`): what the
+/// failure counters count it under (`retention._error_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseCause {
+    /// The extension refused the prune (the rows changed, a hold, the batch's state).
+    Refused,
+    /// The archiver failed: the store, a verification, its connection.
+    Failed,
+    /// Stopped before writing because another batch of its pass failed: no failure.
+    Stopped,
+}
+
+impl ReleaseCause {
+    /// The cause named `text`; 22023 for any other name.
+    pub fn parse(text: &str) -> Result<ReleaseCause> {
+        match text {
+            "refused" => Ok(ReleaseCause::Refused),
+            "failed" => Ok(ReleaseCause::Failed),
+            "stopped" => Ok(ReleaseCause::Stopped),
+            other => Err(RetentionError::invalid(
+                format!("unknown release cause {other:?}"),
+                "A release's cause is refused, failed or stopped.",
+                "Pass cause => 'refused' (the prune was refused), 'failed' (the archiver failed) or 'stopped'.",
+            )),
+        }
+    }
+
+    /// The cause as the ledger records it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseCause::Refused => "refused",
+            ReleaseCause::Failed => "failed",
+            ReleaseCause::Stopped => "stopped",
+        }
+    }
+}
+
+/// Releases batch `id` (ledgered with `reason` and, when the archiver says it, `cause`); false
+/// for a batch no longer claimed.
+pub fn release(id: &str, reason: &str, cause: Option<ReleaseCause>) -> Result<bool> {
     let b = Batch::load(id, true)?;
     if b.state != BatchState::Claimed {
         return Ok(false);
@@ -74,7 +113,10 @@ pub fn release(id: &str, reason: &str) -> Result<bool> {
         hold_ids: vec![],
         actor: b.owner.as_deref().unwrap_or(&caller()),
         run_id: None,
-        detail: json!({ "batch": id, "reason": reason }),
+        detail: match cause {
+            Some(c) => json!({ "batch": id, "reason": reason, "cause": c.as_str() }),
+            None => json!({ "batch": id, "reason": reason }),
+        },
     }
     .append()?;
     Ok(true)
