@@ -7,7 +7,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::{advance, drain, Context, Flight, Unwritten};
 use crate::store::Store;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 async fn context(settings: Settings) -> Result<Context> {
@@ -82,8 +82,8 @@ struct Pass {
 }
 
 /// One pass: first the open supersessions (an erasure outranks archiving more), then each
-/// policy claims its next batch while the batches in flight (of whichever policy) are written
-/// and pruned.
+/// policy in turn claims batches, for as long as it has more and at most [`TURN`], while the
+/// batches in flight (of whichever policy) are written and pruned.
 /// `go_on` is asked before each policy with the batches claimed so far; with `stop_at_failure`
 /// the pass ends at the first failure.
 async fn pass(
@@ -109,32 +109,49 @@ async fn pass(
             return p;
         }
     };
-    for policy in list {
-        if !go_on(p.claimed) {
-            p.stopped = true;
-            break;
-        }
-        let step = advance(ctx, flight, &policy).await;
-        match step.pruned {
-            Some(Ok(_)) => p.pruned += 1,
-            Some(Err(e)) => p.failures.push(e),
-            None => {}
-        }
-        p.failures.extend(step.unwritten);
-        match step.claimed {
-            Ok(Some(more)) => {
-                p.claimed += 1;
-                p.progressed |= more;
+    'policies: for policy in list {
+        let turn = Instant::now();
+        loop {
+            if !go_on(p.claimed) {
+                p.stopped = true;
+                break 'policies;
             }
-            Ok(None) => {}
-            Err(e) => p.failures.push(e),
-        }
-        if stop_at_failure && !p.failures.is_empty() {
-            break;
+            let failures_before = p.failures.len();
+            let step = advance(ctx, flight, &policy).await;
+            match step.pruned {
+                Some(Ok(_)) => p.pruned += 1,
+                Some(Err(e)) => p.failures.push(e),
+                None => {}
+            }
+            p.failures.extend(step.unwritten);
+            let more = match step.claimed {
+                Ok(Some(more)) => {
+                    p.claimed += 1;
+                    p.progressed |= more;
+                    more
+                }
+                Ok(None) => false,
+                Err(e) => {
+                    p.failures.push(e);
+                    false
+                }
+            };
+            if stop_at_failure && !p.failures.is_empty() {
+                break 'policies;
+            }
+            // A policy keeps its turn while it has more and its turn lasts: the pass's own
+            // reads (supersessions, the policy list) then run once per turn, not per batch.
+            if !more || p.failures.len() > failures_before || turn.elapsed() >= TURN {
+                break;
+            }
         }
     }
     p
 }
+
+/// How long a policy with more to archive keeps claiming before the pass goes on: bounds how
+/// long an erasure's supersession and the other policies wait for a busy one.
+const TURN: Duration = Duration::from_secs(1);
 
 /// Archives until a pass over the policies claims no batch that says there may be more (every
 /// claim came back short of a table's last leaf, or empty: it caught up with the eligible rows) or `max_batches` batches are done. Stops at the

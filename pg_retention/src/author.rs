@@ -183,12 +183,21 @@ pub fn ensure_owner_privileges(owner: u32, relation: u32, table: &str, policy: &
 /// the role owns the table (and security is not forced on owners), has BYPASSRLS, or is a
 /// superuser.
 pub fn ensure_sees_every_row(role: u32, relation: u32, table: &str) -> Result<()> {
-    let filtered = Spi::get_one_with_args::<bool>(
+    // Planned once per backend: claims and prunes ask it for every batch.
+    let plan = prepared::cached(
         "SELECT (SELECT c.relrowsecurity
                         AND NOT (r.rolsuper OR r.rolbypassrls)
                         AND (c.relforcerowsecurity OR NOT pg_catalog.pg_has_role(r.oid, c.relowner, 'USAGE'))
                    FROM pg_catalog.pg_class c, pg_catalog.pg_roles r
                   WHERE c.oid = $1::bigint::oid AND r.oid = $2::bigint::oid)",
+        &[
+            PgOid::BuiltIn(pg_sys::BuiltinOid::INT8OID),
+            PgOid::BuiltIn(pg_sys::BuiltinOid::INT8OID),
+        ],
+        false,
+    )?;
+    let filtered = crate::catalog::optional_one::<bool, _>(
+        &*plan,
         &[i64::from(relation).into(), i64::from(role).into()],
     )?;
     if filtered == Some(true) {
