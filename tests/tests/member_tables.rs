@@ -44,6 +44,21 @@ fn history(db: &mut Client) -> i64 {
     scalar(db, "SELECT count(*) FROM cron.job_run_details")
 }
 
+/// What `cron_history`'s preview says it would delete, checked against what its run then
+/// deletes: `expected` rows, leaving `left` in the history.
+fn preview_then_run(db: &mut Client, expected: i64, left: i64) {
+    assert_eq!(
+        scalar(
+            db,
+            "SELECT would_delete FROM retention.preview('cron_history')"
+        ),
+        expected
+    );
+    db.batch_execute("CALL retention.run('cron_history')")
+        .unwrap();
+    assert_eq!(history(db), left);
+}
+
 #[test]
 fn a_member_table_stays_governed_across_its_extensions_update_and_a_dump() {
     let c = cron_cluster();
@@ -71,16 +86,7 @@ fn a_member_table_stays_governed_across_its_extensions_update_and_a_dump() {
                 kind => 'age', age_column => 'end_time', older_than => '7 days')",
     )
     .unwrap();
-    assert_eq!(
-        scalar(
-            &mut db,
-            "SELECT would_delete FROM retention.preview('cron_history')"
-        ),
-        60
-    );
-    db.batch_execute("CALL retention.run('cron_history')")
-        .unwrap();
-    assert_eq!(history(&mut db), 40);
+    preview_then_run(&mut db, 60, 40);
 
     // pg_cron's own update (its scripts alter its tables in place): the policy goes on.
     c.execute("postgres", "ALTER EXTENSION pg_cron UPDATE");
@@ -95,16 +101,7 @@ fn a_member_table_stays_governed_across_its_extensions_update_and_a_dump() {
     assert_ne!(version, "1.3");
     runs(&c, 10, 20);
     let mut db = keeper(&c);
-    assert_eq!(
-        scalar(
-            &mut db,
-            "SELECT would_delete FROM retention.preview('cron_history')"
-        ),
-        10
-    );
-    db.batch_execute("CALL retention.run('cron_history')")
-        .unwrap();
-    assert_eq!(history(&mut db), 40);
+    preview_then_run(&mut db, 10, 40);
 
     // Dumped and restored into another cluster: pg_cron's history (a configuration table it
     // dumps) and the policy come back, and the policy names the restored table.
@@ -144,16 +141,6 @@ fn a_member_table_stays_governed_across_its_extensions_update_and_a_dump() {
         ),
         1
     );
-    assert_eq!(
-        scalar(
-            &mut restored,
-            "SELECT would_delete FROM retention.preview('cron_history')"
-        ),
-        5
-    );
-    restored
-        .batch_execute("CALL retention.run('cron_history')")
-        .unwrap();
-    assert_eq!(history(&mut restored), 40);
+    preview_then_run(&mut restored, 5, 40);
     let _ = std::fs::remove_file(dump);
 }

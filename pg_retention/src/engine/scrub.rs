@@ -42,7 +42,7 @@ fn ledger(open: &Scrub, status: Status, vacuumed: bool) -> Result<()> {
         relation: Some(&open.relation_name),
         rows: 0,
         hold_ids: Vec::new(),
-        actor: "pg_retention worker",
+        actor: "worker",
         run_id: None,
         detail: json!({
             "request_ref": open.request_ref, "scrub": open.id, "status": status.as_str(),

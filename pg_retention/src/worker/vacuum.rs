@@ -13,7 +13,6 @@ use pgrx::bgworkers::BackgroundWorker;
 use pgrx::pg_sys::panic::CaughtError;
 use pgrx::prelude::*;
 use pgrx::{PgMemoryContexts, PgTryBuilder};
-use std::ffi::CStr;
 
 /// Looks at the open scrubs (at most `catalog::scrub::PER_VISIT`) while `time_left` says so.
 pub fn scrub_erasures(time_left: impl Fn() -> bool) {
@@ -130,8 +129,8 @@ unsafe fn statement(relation: pg_sys::Oid) -> *mut pg_sys::VacuumStmt {
     // Safety: palloc'd nodes and strings, as the parser would build them.
     unsafe {
         let option = pg_sys::makeDefElem(
-            pg_sys::pstrdup(cstr(c"index_cleanup")),
-            pg_sys::makeString(pg_sys::pstrdup(cstr(c"on"))).cast(),
+            pg_sys::pstrdup(c"index_cleanup".as_ptr()),
+            pg_sys::makeString(pg_sys::pstrdup(c"on".as_ptr())).cast(),
             -1,
         );
         let target =
@@ -142,8 +141,4 @@ unsafe fn statement(relation: pg_sys::Oid) -> *mut pg_sys::VacuumStmt {
         stmt.is_vacuumcmd = true;
         stmt.into_pg()
     }
-}
-
-fn cstr(s: &'static CStr) -> *const std::ffi::c_char {
-    s.as_ptr()
 }
