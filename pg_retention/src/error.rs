@@ -30,9 +30,6 @@ pub enum RetentionError {
         found: String,
         expected: String,
     },
-    /// The table has no primary key (42P10).
-    #[error("{relation} has no primary key")]
-    NoPrimaryKey { relation: String },
     /// A predicate is not a plain boolean row predicate (RT101).
     #[error("invalid {what} predicate for {relation}: {reason}")]
     InvalidPredicate {
@@ -210,7 +207,6 @@ impl RetentionError {
             RetentionError::InvalidParameter { .. } => "22023",
             RetentionError::UndefinedColumn { .. } => "42703",
             RetentionError::WrongType { .. } => "42804",
-            RetentionError::NoPrimaryKey { .. } => "42P10",
             RetentionError::InvalidPredicate { .. } => "RT101",
             RetentionError::WindowLink { .. } => "RT201",
             RetentionError::FixpointViolation { .. } => "23514",
@@ -244,9 +240,6 @@ impl RetentionError {
                 Some(format!("No column named {column} exists in {relation}."))
             }
             RetentionError::WrongType { expected, .. } => Some(format!("Expected {expected}.")),
-            RetentionError::NoPrimaryKey { .. } => {
-                Some("An archive policy's batches are ranges of the primary key, and its prune proves by key that it deletes exactly the archived rows.".into())
-            }
             RetentionError::InvalidPredicate { predicate, .. } => Some(format!("Predicate: {predicate}")),
             RetentionError::FixpointViolation { .. } => Some(
                 "An archive policy needs every terminal row to have an age, so it reaches its window and can be archived.".into(),
@@ -282,7 +275,6 @@ impl RetentionError {
                 Some("Check the column name; names are case-sensitive and used as given.".into())
             }
             RetentionError::WrongType { .. } => Some("Use a column of a suitable type.".into()),
-            RetentionError::NoPrimaryKey { .. } => Some("Add a primary key to the table, or use action => 'delete' (delete policies govern tables without one, row by row).".into()),
             RetentionError::InvalidPredicate { .. } => Some(
                 "A predicate must be one boolean expression over the table's own (unqualified) columns, without subqueries, aggregates or volatile functions."
                     .into(),

@@ -4,7 +4,7 @@
 //! IntervalStyle, extra_float_digits and bytea_output so the same rows render to the same bytes
 //! in any session.
 
-use crate::catalog::{prepared, RelationInfo};
+use crate::catalog::{prepared, KeyAt, RelationInfo};
 use crate::error::{Result, RetentionError};
 use crate::tid::{self, Tid};
 use pg_retention_format::append_frame;
@@ -530,8 +530,8 @@ const MAX_SLICE_RESERVE: usize = 64 << 20;
 pub struct RowLayout {
     /// Columns before the ctid.
     pub width: usize,
-    /// Positions of the primary-key columns among them.
-    pub key_at: Vec<usize>,
+    /// Where each row's key is: key columns among them, or the row's place.
+    pub key_at: KeyAt,
     /// Whether the `width` columns are the table's own, in attribute order, to be framed.
     pub frames: bool,
     /// A column whose least and greatest value to report.
@@ -548,6 +548,10 @@ pub fn render_rows(
     layout: &RowLayout,
 ) -> Result<(Rendered, Extremes)> {
     let width = layout.width;
+    let arity = match &layout.key_at {
+        KeyAt::Columns(at) => at.len(),
+        KeyAt::Place => 1,
+    };
     let mut out = Rendered::default();
     let mut first = true;
     let extremes = for_each_rendered(
@@ -562,12 +566,22 @@ pub fn render_rows(
             })?;
             if first {
                 // Every row's key, place and end, sized once for the statement's rows.
-                out.keys.reserve(rows.saturating_mul(layout.key_at.len()));
+                out.keys.reserve(rows.saturating_mul(arity));
                 out.places.reserve(if place.is_some() { rows } else { 0 });
                 out.xmins.reserve(if xmin.is_some() { rows } else { 0 });
                 out.ends.reserve(if layout.frames { rows } else { 0 });
             }
-            let key: Vec<Option<&str>> = layout.key_at.iter().map(|&i| columns[i]).collect();
+            let place_text;
+            let key: Vec<Option<&str>> = match &layout.key_at {
+                KeyAt::Columns(at) => at.iter().map(|&i| columns[i]).collect(),
+                KeyAt::Place => {
+                    let (block, item) = place.ok_or_else(|| {
+                        RetentionError::Internal("a row keyed by its place has no ctid".into())
+                    })?;
+                    place_text = format!("({block},{item})");
+                    vec![Some(place_text.as_str())]
+                }
+            };
             out.keys.extend(key.iter().map(|k| k.map(str::to_owned)));
             if layout.frames {
                 append_frame(&mut out.slice, &key, columns)
@@ -602,7 +616,7 @@ fn render_frames(
 ) -> Result<Rendered> {
     let layout = RowLayout {
         width: rel.columns.len(),
-        key_at: rel.pk_positions()?,
+        key_at: rel.key_at()?,
         frames: true,
         extremes: None,
         most,
@@ -698,8 +712,8 @@ pub fn versions_at(
     let mut args: Vec<DatumWithOid<'_>> = vec![crate::arrays::tids(places)?];
     args.extend(more);
     let layout = RowLayout {
-        width: rel.pk.len(),
-        key_at: (0..rel.pk.len()).collect(),
+        width: rel.key_arity(),
+        key_at: KeyAt::Columns((0..rel.key_arity()).collect()),
         frames: false,
         extremes: None,
         most: places.len(),
@@ -711,7 +725,7 @@ pub fn versions_at(
 /// Frames of up to `limit` rows of the table matching `condition` (over alias `t`).
 pub fn sample_frames(rel: &RelationInfo, condition: &str, limit: i64) -> Result<Rendered> {
     let sql = format!(
-        "SELECT {cols} FROM {table} t WHERE {condition} LIMIT {limit}",
+        "SELECT {cols}, t.ctid FROM {table} t WHERE {condition} LIMIT {limit}",
         cols = rel.column_list(),
         table = rel.all_rows(),
     );

@@ -142,6 +142,93 @@ fn archive_then_prune_restore_and_verify_on_the_file_store() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A table without a primary key (a log: `pgbench_history`'s shape, identical rows among its
+/// rows) is archived by place: each batch names its rows by their claim-time ctids, the prune
+/// proves it deletes those very versions (ctid, xmin, relfilenode), and the restored rows are
+/// the archived multiset, duplicates included. The policy is `admin`'s, the rows `app`'s.
+#[test]
+fn a_table_without_a_primary_key_is_archived_and_restored_row_for_row() {
+    let c = Cluster::start(&[]);
+    c.execute(
+        "postgres",
+        "CREATE TABLE history (tid int, delta int, mtime timestamptz NOT NULL, filler text)",
+    );
+    c.grant_app_and_admin("postgres");
+    let (mut app, mut admin) = c.app_and_admin("postgres");
+    // 2,400 rows, each written twice (identical rows), half of them 60 days old.
+    app.batch_execute(
+        "INSERT INTO history SELECT g % 10, g, now() - make_interval(days => CASE WHEN g % 2 = 0 THEN 60 ELSE 1 END), 'row ' || g
+           FROM generate_series(1, 1200) g, generate_series(1, 2) twice",
+    )
+    .unwrap();
+    let mut db = c.connect("postgres");
+    db.batch_execute(
+        "CREATE TABLE expected AS SELECT * FROM history WHERE mtime < now() - interval '30 days';
+         CREATE TABLE young AS SELECT * FROM history WHERE mtime >= now() - interval '30 days';",
+    )
+    .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'history', relation => 'history', kind => 'age',
+                    age_column => 'mtime', older_than => '30 days', terminal => 'true',
+                    action => 'archive_then_delete')",
+        )
+        .unwrap();
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.archiver_url("postgres"), &url);
+    let o = a.run(&["once", "--batch-rows", "500"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT sum(deleted)::bigint FROM retention.archives"
+        ),
+        1200
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM ((SELECT * FROM history) EXCEPT ALL (SELECT * FROM young)) d"
+        ) + scalar(
+            &mut db,
+            "SELECT count(*) FROM ((SELECT * FROM young) EXCEPT ALL (SELECT * FROM history)) d"
+        ),
+        0,
+        "exactly the young rows stay"
+    );
+    let keys = a.slice_keys();
+    assert!(keys.len() >= 3, "{keys:?}");
+    let batch: String = db
+        .query_one(
+            "SELECT batch::text FROM retention.archives LIMIT 1",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let manifest = manifest_of(&mut db, &batch, false);
+    assert_eq!(manifest["key_columns"], serde_json::json!(["ctid"]));
+    let o = a.run(&["verify", "--all"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let restored = a
+        .clone()
+        .with_database_url(&c.restorer_url("postgres"))
+        .restore_all();
+    for (left, right) in [
+        ("SELECT * FROM expected", restored.as_str()),
+        (restored.as_str(), "SELECT * FROM expected"),
+    ] {
+        assert_eq!(
+            scalar(
+                &mut db,
+                &format!("SELECT count(*) FROM (({left}) EXCEPT ALL ({right})) d")
+            ),
+            0,
+            "the restored rows are the archived multiset"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn archive_then_prune_restore_and_verify_on_s3() {
     let c = Cluster::start(&[]);

@@ -251,7 +251,7 @@ fn claim_in(
         owner,
         slice: claimed.summary(),
         keys: claimed.keys,
-        arity: rel.pk.len(),
+        arity: rel.key_arity(),
         places: &claimed.places,
         xmins: &claimed.xmins,
         age: (age.min, age.max),
@@ -336,25 +336,78 @@ fn claim_keys(
             None => Ok("true".into()),
         }
     };
+    let eligible = elig.age_predicate(Guards::ALL);
+    let after_key = after;
+    let after = bound(">", after)?;
+    let mut before = bound("<", before)?;
+    if rel.pk.is_empty() {
+        // The claim starts in the block of the place it starts after.
+        let from_block = after_key
+            .and_then(|key| key.first().cloned().flatten())
+            .and_then(|place| crate::tid::parse(&place))
+            .map_or(0, |(block, _)| i64::try_from(block).unwrap_or(i64::MAX));
+        let window = place_window(rel, elig, from_block, &eligible, &after, &before, max_rows)?;
+        if let Some(window) = window {
+            before = format!("{before} AND {window}");
+        }
+    }
     let sql = format!(
         "SELECT {cols}, t.ctid, t.xmin FROM ONLY {table} t
           WHERE {eligible} AND {after} AND {before}
           ORDER BY {order} LIMIT {max_rows}",
         cols = rel.column_list(),
         table = rel.qualified,
-        eligible = elig.age_predicate(Guards::ALL),
-        after = bound(">", after)?,
-        before = bound("<", before)?,
-        order = rel.pk_order(),
+        order = rel.key_order(),
     );
     let layout = RowLayout {
         width: rel.columns.len(),
-        key_at: rel.pk_positions()?,
+        key_at: rel.key_at()?,
         frames: true,
         extremes: Some(age_at),
         most: usize::try_from(max_rows).unwrap_or(0),
     };
     elig.as_owner(|| render_rows(Statement::Text(&sql), &[], &layout))
+}
+
+/// For a table without a key (whose rows are claimed in place order, which no index gives): a
+/// condition `t.ctid < '(block,0)'` that still leaves the next `max_rows` claimable rows in
+/// range, found by counting them (not rendering) in block windows that grow fourfold from the
+/// claim's start; None when the rest of the table is the window. Without it each claim would
+/// sort every claimable row after its start to take the first `max_rows`.
+fn place_window(
+    rel: &RelationInfo,
+    elig: &Eligibility<'_>,
+    from_block: i64,
+    eligible: &str,
+    after: &str,
+    before: &str,
+    max_rows: i32,
+) -> Result<Option<String>> {
+    let blocks = crate::catalog::optional_one::<i64, _>(
+        "SELECT pg_catalog.pg_relation_size($1::bigint::oid)
+                / pg_catalog.current_setting('block_size')::bigint",
+        &[i64::from(rel.oid).into()],
+    )?
+    .unwrap_or(0);
+    let mut span = 64_i64;
+    loop {
+        let end = from_block.saturating_add(span);
+        if end >= blocks {
+            return Ok(None);
+        }
+        let window = format!("t.ctid < '({end},0)'::pg_catalog.tid");
+        let sql = format!(
+            "SELECT count(*) FROM (SELECT 1 FROM ONLY {table} t
+              WHERE {eligible} AND {after} AND {before} AND {window} LIMIT {max_rows}) w",
+            table = rel.qualified,
+        );
+        let found =
+            elig.as_owner(|| crate::catalog::optional_one::<i64, _>(&sql, &[]))?.unwrap_or(0);
+        if found >= i64::from(max_rows) {
+            return Ok(Some(window));
+        }
+        span = span.saturating_mul(4);
+    }
 }
 
 /// A key as a text[] literal: `ARRAY['…', NULL]::text[]`.

@@ -95,7 +95,7 @@ fn prune_verified(
             table = rel.qualified,
             guards = elig.age_predicate(Guards::ALL),
             fenced = fence.tripped(),
-            key = rel.pk_order(),
+            key = rel.key_order(),
         );
         crate::engine::references::check_keys_at_once(&rel)?;
         let gone = elig.as_owner(|| {

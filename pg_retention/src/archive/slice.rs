@@ -79,7 +79,7 @@ pub fn manifest(id: &str, digest: bool) -> Result<Manifest> {
                 type_name: c.type_name.clone(),
             })
             .collect(),
-        key_columns: rel.pk.clone(),
+        key_columns: rel.key_names(),
         rows,
         bytes,
         blake3,

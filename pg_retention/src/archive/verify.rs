@@ -41,7 +41,7 @@ pub fn in_claim_order(
     found: Rendered,
 ) -> Result<Rendered> {
     // Rows come in the scan's order; the slice is in key order, which is the claim's order.
-    let rendered = found.reordered(ctids, rel.pk.len()).map_err(|found| {
+    let rendered = found.reordered(ctids, rel.key_arity()).map_err(|found| {
         let present: std::collections::HashSet<&Tid> = found.places.iter().collect();
         let gone = ctids.iter().filter(|c| !present.contains(c)).count();
         mismatch(
@@ -102,7 +102,7 @@ pub fn same_versions(
     rel: &RelationInfo,
     found: &Rendered,
 ) -> Result<()> {
-    let arity = rel.pk.len().max(1);
+    let arity = rel.key_arity();
     // Claimed versions sorted, each found one looked up by binary search: in perf about half
     // of what a SipHash map cost (7 % of a prune's CPU against 13 %).
     let mut at: Vec<(Version, usize)> = claimed
@@ -174,7 +174,7 @@ pub fn kept_versions(
 ) -> Result<Rendered> {
     let sql = format!(
         "SELECT {key}, t.ctid, t.xmin FROM ONLY {table} t WHERE t.ctid = ANY ($1)",
-        key = rel.pk_order(),
+        key = rel.key_order(),
         table = rel.qualified,
     );
     crate::author::run_as(policy.owner, || {

@@ -31,7 +31,7 @@ pub use hold::{active_holds, Hold, HoldFence};
 pub use ledger::{LedgerEntry, LedgerMethod};
 pub use partition::Leaf;
 pub use policy::{Action, Change, Kind, Policy, PolicySpec};
-pub use relation::{Reference, RelationInfo};
+pub use relation::{KeyAt, Reference, RelationInfo};
 
 use crate::error::{Result, RetentionError};
 use pgrx::prelude::*;

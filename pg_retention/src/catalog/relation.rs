@@ -42,6 +42,15 @@ impl Reference {
     }
 }
 
+/// Where a rendered row's batch key is.
+#[derive(Debug, Clone)]
+pub enum KeyAt {
+    /// These columns (positions among the table's), the primary key.
+    Columns(Vec<usize>),
+    /// The row's place, rendered as a tid's text: a table without a primary key.
+    Place,
+}
+
 /// A governed table.
 #[derive(Debug, Clone, Deserialize)]
 pub struct RelationInfo {
@@ -175,8 +184,13 @@ impl RelationInfo {
             .join(", ")
     }
 
-    /// Positions of the primary-key columns among the table's columns.
-    pub fn pk_positions(&self) -> Result<Vec<usize>> {
+    /// Where an archive batch's rows' keys are in a rendered row: the primary-key columns, or
+    /// for a table without one the row's place (its ctid at claim time, which the prune's proof
+    /// pins to the same version by xmin and relfilenode).
+    pub fn key_at(&self) -> Result<KeyAt> {
+        if self.pk.is_empty() {
+            return Ok(KeyAt::Place);
+        }
         self.pk
             .iter()
             .map(|k| {
@@ -188,11 +202,30 @@ impl RelationInfo {
                         column: k.clone(),
                     })
             })
-            .collect()
+            .collect::<Result<Vec<usize>>>()
+            .map(KeyAt::Columns)
     }
 
-    /// The primary key of alias `t` in key order (for ORDER BY).
-    pub fn pk_order(&self) -> String {
+    /// How many values a batch key has.
+    pub fn key_arity(&self) -> usize {
+        self.pk.len().max(1)
+    }
+
+    /// The names a slice's manifest gives its rows' key values.
+    pub fn key_names(&self) -> Vec<String> {
+        if self.pk.is_empty() {
+            vec!["ctid".into()]
+        } else {
+            self.pk.clone()
+        }
+    }
+
+    /// The batch key of alias `t` in key order (for ORDER BY and RETURNING): the primary key,
+    /// or the place of a row of a table without one.
+    pub fn key_order(&self) -> String {
+        if self.pk.is_empty() {
+            return "t.ctid".into();
+        }
         self.pk
             .iter()
             .map(|c| format!("t.{}", ident(c)))
@@ -200,11 +233,11 @@ impl RelationInfo {
             .join(", ")
     }
 
-    /// Compares the primary key of alias `t` with the text[] key `key` (each element back
-    /// through its column type's input) as one row comparison: `>` is "after it" in the
-    /// primary key's own order, which an index range scan can start from.
+    /// Compares the batch key of alias `t` with the text[] key `key` (each element back
+    /// through its column type's input) as one row comparison: `>` is "after it" in the key's
+    /// own order, which an index (or, by place, a TID range) scan can start from.
     pub fn key_compare(&self, op: &str, key: &str) -> Result<String> {
-        Ok(format!("({}) {op} {}", self.pk_order(), self.key_row(key)?))
+        Ok(format!("({}) {op} {}", self.key_order(), self.key_row(key)?))
     }
 
     /// Compares two text[] keys `left` and `right` as rows of the primary key's types.
@@ -219,6 +252,9 @@ impl RelationInfo {
     /// The text[] key `key` as a row of the primary key's types, each element back through
     /// its column type's input (to compare or order keys by).
     pub fn key_row(&self, key: &str) -> Result<String> {
+        if self.pk.is_empty() {
+            return Ok(format!("(({key})[1]::pg_catalog.tid)"));
+        }
         let items = self
             .pk
             .iter()

@@ -115,13 +115,6 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         ));
     }
     let archive = spec.action == Action::ArchiveThenDelete;
-    // Delete policies address rows by their physical identity within each statement; only
-    // archive batches are key ranges.
-    if archive && rel.pk.is_empty() {
-        return Err(RetentionError::NoPrimaryKey {
-            relation: rel.qualified.clone(),
-        });
-    }
     if let Some(privilege) = crate::author::missing_privilege(caller_oid(), rel.oid)? {
         return Err(RetentionError::Privilege {
             message: format!(
