@@ -70,7 +70,10 @@ CREATE FUNCTION retention.add_policy(
     age_expression text DEFAULT NULL,
     age_table regclass DEFAULT NULL,
     age_table_column text DEFAULT NULL,
-    age_pick text DEFAULT NULL
+    age_pick text DEFAULT NULL,
+    terminal_table regclass DEFAULT NULL,
+    terminal_table_where text DEFAULT NULL,
+    terminal_table_test text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -82,7 +85,9 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'archive_keep', archive_keep::text, 'lease_table', lease_table::oid::bigint,
         'lease_key', lease_key, 'lease_expiry', lease_expiry, 'search_path', search_path,
         'age_expression', age_expression, 'age_table', age_table::oid::bigint,
-        'age_table_column', age_table_column, 'age_pick', age_pick)))::bigint;
+        'age_table_column', age_table_column, 'age_pick', age_pick,
+        'terminal_table', terminal_table::oid::bigint, 'terminal_table_where', terminal_table_where,
+        'terminal_table_test', terminal_table_test)))::bigint;
 $fn$;
 
 CREATE FUNCTION retention.alter_policy(
@@ -109,7 +114,10 @@ CREATE FUNCTION retention.alter_policy(
     age_expression text DEFAULT NULL,
     age_table regclass DEFAULT NULL,
     age_table_column text DEFAULT NULL,
-    age_pick text DEFAULT NULL
+    age_pick text DEFAULT NULL,
+    terminal_table regclass DEFAULT NULL,
+    terminal_table_where text DEFAULT NULL,
+    terminal_table_test text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -121,7 +129,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'lease_table', lease_table::oid::bigint, 'lease_key', lease_key, 'lease_expiry', lease_expiry,
         'search_path', search_path, 'age_expression', age_expression,
         'age_table', age_table::oid::bigint, 'age_table_column', age_table_column,
-        'age_pick', age_pick)))::bigint;
+        'age_pick', age_pick, 'terminal_table', terminal_table::oid::bigint,
+        'terminal_table_where', terminal_table_where, 'terminal_table_test', terminal_table_test)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -986,8 +995,8 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

@@ -90,6 +90,9 @@ CREATE TABLE retention.policy_versions (
     age_table        regclass,
     age_table_column text,
     age_pick         text CHECK (age_pick IN ('newest', 'oldest')),
+    terminal_table       regclass,
+    terminal_table_where text,
+    terminal_table_test  text CHECK (terminal_table_test IN ('exists', 'not_exists')),
     PRIMARY KEY (policy_id, version)
 );
 

@@ -144,7 +144,9 @@ ALTER TABLE retention.policy_versions ADD COLUMN search_path text[];
 -- Clocks other than a column (engine/clock.rs).
 ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN age_table regclass,
     ADD COLUMN age_table_column text,
-    ADD COLUMN age_pick text CHECK (age_pick IN ('newest', 'oldest'));
+    ADD COLUMN age_pick text CHECK (age_pick IN ('newest', 'oldest')),
+    ADD COLUMN terminal_table regclass, ADD COLUMN terminal_table_where text,
+    ADD COLUMN terminal_table_test text CHECK (terminal_table_test IN ('exists', 'not_exists'));
 
 -- What retention.metrics() reports of each policy's table, kept between scrapes.
 CREATE TABLE retention.policy_gauges (
@@ -289,7 +291,8 @@ SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
        v.lease_key, v.lease_expiry, v.search_path,
-       v.age_expression, v.age_table, v.age_table_column, v.age_pick
+       v.age_expression, v.age_table, v.age_table_column, v.age_pick,
+       v.terminal_table, v.terminal_table_where, v.terminal_table_test
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -303,7 +306,8 @@ SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
        v.lease_key, v.lease_expiry, v.search_path,
-       v.age_expression, v.age_table, v.age_table_column, v.age_pick
+       v.age_expression, v.age_table, v.age_table_column, v.age_pick,
+       v.terminal_table, v.terminal_table_where, v.terminal_table_test
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -1137,7 +1141,7 @@ STRICT
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'claimed_slice_wrapper';
 
--- pg_retention/src/api/preview.rs:67
+-- pg_retention/src/api/preview.rs:69
 -- pg_retention::api::preview::preview
 CREATE OR REPLACE FUNCTION "preview"(
 	"policy" TEXT DEFAULT NULL /* Option < & str > */
@@ -1152,14 +1156,15 @@ CREATE OR REPLACE FUNCTION "preview"(
 	"partitions_to_drop" bigint,  /* i64 */
 	"pinned" bigint,  /* i64 */
 	"referenced" bigint,  /* i64 */
-	"table_would_delete" bigint  /* i64 */
+	"table_would_delete" bigint,  /* i64 */
+	"index_hint" TEXT  /* Option < String > */
 )
 SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'preview_wrapper';
 
--- pg_retention/src/api/preview.rs:106
+-- pg_retention/src/api/preview.rs:109
 -- pg_retention::api::preview::preview_partitions
 CREATE OR REPLACE FUNCTION "preview_partitions"(
 	"policy" TEXT /* & str */
@@ -1278,7 +1283,10 @@ CREATE OR REPLACE FUNCTION retention.add_policy(
     age_expression text DEFAULT NULL,
     age_table regclass DEFAULT NULL,
     age_table_column text DEFAULT NULL,
-    age_pick text DEFAULT NULL
+    age_pick text DEFAULT NULL,
+    terminal_table regclass DEFAULT NULL,
+    terminal_table_where text DEFAULT NULL,
+    terminal_table_test text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -1290,7 +1298,9 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'archive_keep', archive_keep::text, 'lease_table', lease_table::oid::bigint,
         'lease_key', lease_key, 'lease_expiry', lease_expiry, 'search_path', search_path,
         'age_expression', age_expression, 'age_table', age_table::oid::bigint,
-        'age_table_column', age_table_column, 'age_pick', age_pick)))::bigint;
+        'age_table_column', age_table_column, 'age_pick', age_pick,
+        'terminal_table', terminal_table::oid::bigint, 'terminal_table_where', terminal_table_where,
+        'terminal_table_test', terminal_table_test)))::bigint;
 $fn$;
 
 CREATE OR REPLACE FUNCTION retention.alter_policy(
@@ -1317,7 +1327,10 @@ CREATE OR REPLACE FUNCTION retention.alter_policy(
     age_expression text DEFAULT NULL,
     age_table regclass DEFAULT NULL,
     age_table_column text DEFAULT NULL,
-    age_pick text DEFAULT NULL
+    age_pick text DEFAULT NULL,
+    terminal_table regclass DEFAULT NULL,
+    terminal_table_where text DEFAULT NULL,
+    terminal_table_test text DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -1329,7 +1342,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'lease_table', lease_table::oid::bigint, 'lease_key', lease_key, 'lease_expiry', lease_expiry,
         'search_path', search_path, 'age_expression', age_expression,
         'age_table', age_table::oid::bigint, 'age_table_column', age_table_column,
-        'age_pick', age_pick)))::bigint;
+        'age_pick', age_pick, 'terminal_table', terminal_table::oid::bigint,
+        'terminal_table_where', terminal_table_where, 'terminal_table_test', terminal_table_test)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -2194,8 +2208,8 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

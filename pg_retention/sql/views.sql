@@ -6,7 +6,8 @@ SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
        v.lease_key, v.lease_expiry, v.search_path,
-       v.age_expression, v.age_table, v.age_table_column, v.age_pick
+       v.age_expression, v.age_table, v.age_table_column, v.age_pick,
+       v.terminal_table, v.terminal_table_where, v.terminal_table_test
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -20,7 +21,8 @@ SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v
        v.batch_size, v.max_rows_per_run, v.enabled, v.changed_by, v.changed_at,
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
        v.lease_key, v.lease_expiry, v.search_path,
-       v.age_expression, v.age_table, v.age_table_column, v.age_pick
+       v.age_expression, v.age_table, v.age_table_column, v.age_pick,
+       v.terminal_table, v.terminal_table_where, v.terminal_table_test
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 

@@ -827,12 +827,18 @@ fn a_keyless_batch_is_named_by_place_and_its_prune_proves_the_versions() {
         .map(|r| r.key[0].clone().unwrap())
         .collect();
     let first_places: Vec<String> = admin
-        .query("SELECT ctid::text AS place FROM audit ORDER BY ctid LIMIT 10", &[])
+        .query(
+            "SELECT ctid::text AS place FROM audit ORDER BY ctid LIMIT 10",
+            &[],
+        )
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(keys, first_places, "keys are the claimed rows' places, in order");
+    assert_eq!(
+        keys, first_places,
+        "keys are the claimed rows' places, in order"
+    );
 
     // A superuser bypasses the guard trigger (session_replication_role is a superuser's).
     c.execute("postgres", "SET session_replication_role = replica; UPDATE audit SET note = 'changed' WHERE ctid = '(0,3)'; RESET session_replication_role");
@@ -867,7 +873,10 @@ fn a_keyless_batch_is_named_by_place_and_its_prune_proves_the_versions() {
         .iter()
         .map(|r| r.columns[2].clone().unwrap())
         .collect();
-    assert_eq!(complete(&mut arch, &batch, &digest, rows, nbytes).unwrap(), 10);
+    assert_eq!(
+        complete(&mut arch, &batch, &digest, rows, nbytes).unwrap(),
+        10
+    );
     assert_eq!(scalar(&mut admin, "SELECT count(*) FROM audit"), left - 10);
     for note in notes.iter().collect::<std::collections::BTreeSet<_>>() {
         let archived = notes.iter().filter(|n| *n == note).count() as i64;

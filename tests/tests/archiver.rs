@@ -199,10 +199,7 @@ fn a_table_without_a_primary_key_is_archived_and_restored_row_for_row() {
     let keys = a.slice_keys();
     assert!(keys.len() >= 3, "{keys:?}");
     let batch: String = db
-        .query_one(
-            "SELECT batch::text FROM retention.archives LIMIT 1",
-            &[],
-        )
+        .query_one("SELECT batch::text FROM retention.archives LIMIT 1", &[])
         .unwrap()
         .get(0);
     let manifest = manifest_of(&mut db, &batch, false);

@@ -143,7 +143,9 @@ ALTER TABLE retention.policy_versions ADD COLUMN search_path text[];
 -- Clocks other than a column (engine/clock.rs).
 ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN age_table regclass,
     ADD COLUMN age_table_column text,
-    ADD COLUMN age_pick text CHECK (age_pick IN ('newest', 'oldest'));
+    ADD COLUMN age_pick text CHECK (age_pick IN ('newest', 'oldest')),
+    ADD COLUMN terminal_table regclass, ADD COLUMN terminal_table_where text,
+    ADD COLUMN terminal_table_test text CHECK (terminal_table_test IN ('exists', 'not_exists'));
 
 -- What retention.metrics() reports of each policy's table, kept between scrapes.
 CREATE TABLE retention.policy_gauges (

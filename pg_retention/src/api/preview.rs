@@ -6,7 +6,7 @@ use crate::error::{returned_nothing, OrReport, Result};
 use pgrx::prelude::*;
 
 /// policy, eligible, held, hold_ids, would_delete, backlog, archive_bytes_estimate,
-/// partitions_to_drop, pinned, referenced, table_would_delete
+/// partitions_to_drop, pinned, referenced, table_would_delete, index_hint
 type PreviewRow = (
     String,
     i64,
@@ -19,6 +19,7 @@ type PreviewRow = (
     i64,
     i64,
     i64,
+    Option<String>,
 );
 
 fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
@@ -56,6 +57,7 @@ fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
             p.pinned,
             p.referenced,
             total,
+            p.index_hint,
         ));
     }
     Ok(rows)
@@ -82,6 +84,7 @@ fn preview(
         name!(pinned, i64),
         name!(referenced, i64),
         name!(table_would_delete, i64),
+        name!(index_hint, Option<String>),
     ),
 > {
     crate::identity::refuse_restricted().or_report();

@@ -401,8 +401,9 @@ fn place_window(
               WHERE {eligible} AND {after} AND {before} AND {window} LIMIT {max_rows}) w",
             table = rel.qualified,
         );
-        let found =
-            elig.as_owner(|| crate::catalog::optional_one::<i64, _>(&sql, &[]))?.unwrap_or(0);
+        let found = elig
+            .as_owner(|| crate::catalog::optional_one::<i64, _>(&sql, &[]))?
+            .unwrap_or(0);
         if found >= i64::from(max_rows) {
             return Ok(Some(window));
         }

@@ -246,6 +246,15 @@ pub struct PolicySpec {
     /// ... their newest (default) or oldest value.
     #[serde(default)]
     pub age_pick: Option<String>,
+    /// A row is terminal only if rows of this table (oid) that reference it ...
+    #[serde(default)]
+    pub terminal_table: Option<u32>,
+    /// ... and match this predicate over their columns ...
+    #[serde(default)]
+    pub terminal_table_where: Option<String>,
+    /// ... exist (`exists`, the default) or do not (`not_exists`): engine/related_rows.rs.
+    #[serde(default)]
+    pub terminal_table_test: Option<String>,
     /// Whether sweeps run it.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -283,7 +292,7 @@ impl std::ops::Deref for Policy {
 /// and the columns of `retention.policy_versions`. The statements below are built from this
 /// list; `a_policy_field_has_one_definition` fails when the SQL surface, the spec or the
 /// catalog disagree with it.
-pub const FIELDS: [(&str, &str); 23] = [
+pub const FIELDS: [(&str, &str); 26] = [
     ("kind", "text"),
     ("age_column", "text"),
     ("older_than", "interval"),
@@ -307,6 +316,9 @@ pub const FIELDS: [(&str, &str); 23] = [
     ("age_table", "regclass"),
     ("age_table_column", "text"),
     ("age_pick", "text"),
+    ("terminal_table", "regclass"),
+    ("terminal_table_where", "text"),
+    ("terminal_table_test", "text"),
 ];
 
 /// `v.<field>` for each field, as [`PolicySpec`] reads it (intervals as text).
@@ -610,6 +622,9 @@ mod tests {
             age_table: None,
             age_table_column: None,
             age_pick: None,
+            terminal_table: None,
+            terminal_table_where: None,
+            terminal_table_test: None,
             enabled: true,
         };
         let keys: Vec<String> = serde_json::to_value(&spec)

@@ -237,7 +237,11 @@ impl RelationInfo {
     /// through its column type's input) as one row comparison: `>` is "after it" in the key's
     /// own order, which an index (or, by place, a TID range) scan can start from.
     pub fn key_compare(&self, op: &str, key: &str) -> Result<String> {
-        Ok(format!("({}) {op} {}", self.key_order(), self.key_row(key)?))
+        Ok(format!(
+            "({}) {op} {}",
+            self.key_order(),
+            self.key_row(key)?
+        ))
     }
 
     /// Compares two text[] keys `left` and `right` as rows of the primary key's types.

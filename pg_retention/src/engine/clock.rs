@@ -15,6 +15,7 @@
 
 use crate::catalog::{Action, PolicySpec, RelationInfo};
 use crate::engine::predicate::{problem_of, Yields};
+use crate::engine::related_rows::referencing_key;
 use crate::error::{Result, RetentionError};
 use crate::sql_text::ident;
 
@@ -55,7 +56,7 @@ impl Clock {
                 "Name it: age_table_column => '<their time column>'.",
             )
         })?;
-        let key = related_key(rel, table)?;
+        let key = referencing_key(rel, table, "age_table")?;
         let other = RelationInfo::load(table, &format!("age_table of {}", rel.qualified))?;
         Ok(Some(Clock::Related {
             table: other.all_rows(),
@@ -91,27 +92,6 @@ impl Clock {
                 format!("(SELECT {pick}(__a.{column}) FROM {table} __a WHERE {on})")
             }
         }
-    }
-}
-
-/// The one foreign key from `table` to `rel`.
-fn related_key(rel: &RelationInfo, table: u32) -> Result<crate::catalog::Reference> {
-    let keys: Vec<_> = rel
-        .referenced_by
-        .iter()
-        .filter(|r| r.child_oid == table)
-        .collect();
-    match keys.as_slice() {
-        [one] => Ok((*one).clone()),
-        _ => Err(RetentionError::invalid(
-            format!(
-                "age_table must reference {} through exactly one foreign key, found {}",
-                rel.qualified,
-                keys.len()
-            ),
-            "A row's age is read from the rows that reference it: the key says which.",
-            "Declare the foreign key (or name a table with one key to it).",
-        )),
     }
 }
 
@@ -181,7 +161,7 @@ pub fn validate(spec: &PolicySpec, rel: &RelationInfo, author: u32) -> Result<()
             ));
         }
     }
-    related_key(rel, table)?;
+    referencing_key(rel, table, "age_table")?;
     let other = RelationInfo::load(table, &format!("age_table of {}", rel.qualified))?;
     crate::author::ensure_sees_every_row(author, table, &other.qualified)?;
     crate::engine::validate::check_time_column(

@@ -77,10 +77,14 @@ pub fn condition(user_predicate: Option<&str>) -> String {
 /// terminal, and its time `age` (SQL over `t`) before `cutoff` (SQL). The sweep, archive
 /// claims and prunes, and the fixpoint guard all decide age eligibility with this.
 pub fn age_condition(spec: &PolicySpec, age: &str, cutoff: &str) -> String {
+    age_condition_with(spec, &condition(spec.terminal.as_deref()), age, cutoff)
+}
+
+/// [`age_condition`] with the row's terminal condition given as SQL.
+fn age_condition_with(spec: &PolicySpec, terminal: &str, age: &str, cutoff: &str) -> String {
     format!(
         "{scope} AND {terminal} AND {age} < {cutoff}",
         scope = condition(spec.scope.as_deref()),
-        terminal = condition(spec.terminal.as_deref()),
     )
 }
 
@@ -175,6 +179,9 @@ pub struct Eligibility<'a> {
     lease_dead: Option<String>,
     /// The foreign keys that reference the table, as deleting its rows must treat them.
     references: References,
+    /// Whether the row `t` is terminal: the policy's `terminal` and its test of referencing
+    /// rows (engine/related_rows.rs).
+    terminal: String,
 }
 
 /// Whether every row a foreign key references is kept whatever the key's ON DELETE action:
@@ -252,6 +259,18 @@ impl<'a> Eligibility<'a> {
             _ => None,
         };
         let references = References::load(rel, keeps_every_referenced_row(policy), policy.owner)?;
+        let mut terminal = condition(policy.terminal.as_deref());
+        if let Some(test) = crate::engine::related_rows::terminal_test(policy, rel, "t")? {
+            if let Some(table) = policy.terminal_table {
+                // The test's rows must all be seen, or a row looks terminal when it is not.
+                crate::author::ensure_sees_every_row(
+                    policy.owner,
+                    table,
+                    &format!("terminal_table of policy {}", policy.name),
+                )?;
+            }
+            terminal = format!("{terminal} AND {test}");
+        }
         Ok(Eligibility {
             policy,
             rel,
@@ -264,6 +283,7 @@ impl<'a> Eligibility<'a> {
             stream,
             lease_dead,
             references,
+            terminal,
         })
     }
 
@@ -416,7 +436,7 @@ impl<'a> Eligibility<'a> {
     }
 
     fn terminal(&self) -> String {
-        condition(self.policy.terminal.as_deref())
+        self.terminal.clone()
     }
 
     fn group_cols(&self) -> Vec<String> {
@@ -607,7 +627,7 @@ impl<'a> Eligibility<'a> {
         let cutoff = self.cutoff().unwrap_or_else(|| "'-infinity'".into());
         format!(
             "{} AND {} AND {}",
-            age_condition(self.policy, &self.age_of("t"), &cutoff),
+            age_condition_with(self.policy, &self.terminal, &self.age_of("t"), &cutoff),
             self.lease_dead.as_deref().unwrap_or("true"),
             self.guard_filter(guards, "t", "t.tableoid"),
         )

@@ -4,11 +4,13 @@
 pub mod clock;
 pub mod eligible;
 pub mod erase;
+pub mod index_hint;
 pub mod pacing;
 pub mod predicate;
 pub mod preview;
 pub mod quota;
 pub mod references;
+pub mod related_rows;
 pub mod retire;
 pub mod run_context;
 pub mod scrub;

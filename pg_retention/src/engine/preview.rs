@@ -32,6 +32,9 @@ pub struct Preview {
     /// RESTRICT, or a cascade that would reach a held or referenced row:
     /// engine/references.rs).
     pub referenced: i64,
+    /// The indexes the policy's statements would use and that are missing
+    /// (engine/index_hint.rs).
+    pub index_hint: Option<String>,
 }
 
 /// A partition the next run would drop whole.
@@ -138,6 +141,7 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
         partitions_to_drop,
         pinned: unreferenced - unpinned,
         referenced: eligible - unreferenced,
+        index_hint: crate::engine::index_hint::missing(policy, &rel)?,
     })
 }
 

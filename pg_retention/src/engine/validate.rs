@@ -128,6 +128,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
     crate::author::ensure_sees_every_row(caller_oid(), rel.oid, &rel.qualified)?;
     crate::engine::search_path::validate(spec, &rel)?;
     clock::validate(spec, &rel, caller_oid())?;
+    crate::engine::related_rows::validate(spec, &rel, caller_oid())?;
     crate::engine::search_path::notice_unpinned_triggers(spec, &rel)?;
     let kind_name = kind.as_str();
     match kind {
