@@ -73,7 +73,8 @@ CREATE FUNCTION retention.add_policy(
     age_pick text DEFAULT NULL,
     terminal_table regclass DEFAULT NULL,
     terminal_table_where text DEFAULT NULL,
-    terminal_table_test text DEFAULT NULL
+    terminal_table_test text DEFAULT NULL,
+    visible_rows_only boolean DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -87,7 +88,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'age_expression', age_expression, 'age_table', age_table::oid::bigint,
         'age_table_column', age_table_column, 'age_pick', age_pick,
         'terminal_table', terminal_table::oid::bigint, 'terminal_table_where', terminal_table_where,
-        'terminal_table_test', terminal_table_test)))::bigint;
+        'terminal_table_test', terminal_table_test, 'visible_rows_only', visible_rows_only)))::bigint;
 $fn$;
 
 CREATE FUNCTION retention.alter_policy(
@@ -117,7 +118,8 @@ CREATE FUNCTION retention.alter_policy(
     age_pick text DEFAULT NULL,
     terminal_table regclass DEFAULT NULL,
     terminal_table_where text DEFAULT NULL,
-    terminal_table_test text DEFAULT NULL
+    terminal_table_test text DEFAULT NULL,
+    visible_rows_only boolean DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -130,7 +132,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'search_path', search_path, 'age_expression', age_expression,
         'age_table', age_table::oid::bigint, 'age_table_column', age_table_column,
         'age_pick', age_pick, 'terminal_table', terminal_table::oid::bigint,
-        'terminal_table_where', terminal_table_where, 'terminal_table_test', terminal_table_test)))::bigint;
+        'terminal_table_where', terminal_table_where, 'terminal_table_test', terminal_table_test,
+        'visible_rows_only', visible_rows_only)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -467,7 +470,7 @@ $fn$;
 
 -- One row per live policy: healthy, and why not.
 CREATE FUNCTION retention.health()
-RETURNS TABLE (policy text, healthy boolean, reasons text[])
+RETURNS TABLE (policy text, healthy boolean, reasons text[], notes text[])
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     p record;
@@ -548,6 +551,10 @@ BEGIN
         policy := p.name;
         healthy := cardinality(r) = 0;
         reasons := r;
+        -- Facts that qualify what the policy governs, not faults.
+        notes := CASE WHEN p.visible_rows_only THEN
+            ARRAY[format('governs only the rows row-level security on %s shows its owner %s (visible_rows_only); preview counts the others as hidden_rows',
+                         p.relation, p.owner)] ELSE '{}' END;
         RETURN NEXT;
     END LOOP;
 END
@@ -995,8 +1002,8 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

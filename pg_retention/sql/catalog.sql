@@ -93,6 +93,7 @@ CREATE TABLE retention.policy_versions (
     terminal_table       regclass,
     terminal_table_where text,
     terminal_table_test  text CHECK (terminal_table_test IN ('exists', 'not_exists')),
+    visible_rows_only    boolean,
     PRIMARY KEY (policy_id, version)
 );
 

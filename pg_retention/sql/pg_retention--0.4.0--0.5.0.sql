@@ -146,7 +146,8 @@ ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN
     ADD COLUMN age_table_column text,
     ADD COLUMN age_pick text CHECK (age_pick IN ('newest', 'oldest')),
     ADD COLUMN terminal_table regclass, ADD COLUMN terminal_table_where text,
-    ADD COLUMN terminal_table_test text CHECK (terminal_table_test IN ('exists', 'not_exists'));
+    ADD COLUMN terminal_table_test text CHECK (terminal_table_test IN ('exists', 'not_exists')),
+    ADD COLUMN visible_rows_only boolean;
 
 -- What retention.metrics() reports of each policy's table, kept between scrapes.
 CREATE TABLE retention.policy_gauges (
@@ -292,7 +293,7 @@ SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
        v.lease_key, v.lease_expiry, v.search_path,
        v.age_expression, v.age_table, v.age_table_column, v.age_pick,
-       v.terminal_table, v.terminal_table_where, v.terminal_table_test
+       v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -307,7 +308,7 @@ SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
        v.lease_key, v.lease_expiry, v.search_path,
        v.age_expression, v.age_table, v.age_table_column, v.age_pick,
-       v.terminal_table, v.terminal_table_where, v.terminal_table_test
+       v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -1141,7 +1142,7 @@ STRICT
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'claimed_slice_wrapper';
 
--- pg_retention/src/api/preview.rs:69
+-- pg_retention/src/api/preview.rs:71
 -- pg_retention::api::preview::preview
 CREATE OR REPLACE FUNCTION "preview"(
 	"policy" TEXT DEFAULT NULL /* Option < & str > */
@@ -1157,14 +1158,15 @@ CREATE OR REPLACE FUNCTION "preview"(
 	"pinned" bigint,  /* i64 */
 	"referenced" bigint,  /* i64 */
 	"table_would_delete" bigint,  /* i64 */
-	"index_hint" TEXT  /* Option < String > */
+	"index_hint" TEXT,  /* Option < String > */
+	"hidden_rows" bigint  /* Option < i64 > */
 )
 SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'preview_wrapper';
 
--- pg_retention/src/api/preview.rs:109
+-- pg_retention/src/api/preview.rs:112
 -- pg_retention::api::preview::preview_partitions
 CREATE OR REPLACE FUNCTION "preview_partitions"(
 	"policy" TEXT /* & str */
@@ -1286,7 +1288,8 @@ CREATE OR REPLACE FUNCTION retention.add_policy(
     age_pick text DEFAULT NULL,
     terminal_table regclass DEFAULT NULL,
     terminal_table_where text DEFAULT NULL,
-    terminal_table_test text DEFAULT NULL
+    terminal_table_test text DEFAULT NULL,
+    visible_rows_only boolean DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -1300,7 +1303,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'age_expression', age_expression, 'age_table', age_table::oid::bigint,
         'age_table_column', age_table_column, 'age_pick', age_pick,
         'terminal_table', terminal_table::oid::bigint, 'terminal_table_where', terminal_table_where,
-        'terminal_table_test', terminal_table_test)))::bigint;
+        'terminal_table_test', terminal_table_test, 'visible_rows_only', visible_rows_only)))::bigint;
 $fn$;
 
 CREATE OR REPLACE FUNCTION retention.alter_policy(
@@ -1330,7 +1333,8 @@ CREATE OR REPLACE FUNCTION retention.alter_policy(
     age_pick text DEFAULT NULL,
     terminal_table regclass DEFAULT NULL,
     terminal_table_where text DEFAULT NULL,
-    terminal_table_test text DEFAULT NULL
+    terminal_table_test text DEFAULT NULL,
+    visible_rows_only boolean DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -1343,7 +1347,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'search_path', search_path, 'age_expression', age_expression,
         'age_table', age_table::oid::bigint, 'age_table_column', age_table_column,
         'age_pick', age_pick, 'terminal_table', terminal_table::oid::bigint,
-        'terminal_table_where', terminal_table_where, 'terminal_table_test', terminal_table_test)))::bigint;
+        'terminal_table_where', terminal_table_where, 'terminal_table_test', terminal_table_test,
+        'visible_rows_only', visible_rows_only)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -1680,7 +1685,7 @@ $fn$;
 
 -- One row per live policy: healthy, and why not.
 CREATE OR REPLACE FUNCTION retention.health()
-RETURNS TABLE (policy text, healthy boolean, reasons text[])
+RETURNS TABLE (policy text, healthy boolean, reasons text[], notes text[])
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     p record;
@@ -1761,6 +1766,10 @@ BEGIN
         policy := p.name;
         healthy := cardinality(r) = 0;
         reasons := r;
+        -- Facts that qualify what the policy governs, not faults.
+        notes := CASE WHEN p.visible_rows_only THEN
+            ARRAY[format('governs only the rows row-level security on %s shows its owner %s (visible_rows_only); preview counts the others as hidden_rows',
+                         p.relation, p.owner)] ELSE '{}' END;
         RETURN NEXT;
     END LOOP;
 END
@@ -2208,8 +2217,8 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

@@ -163,10 +163,19 @@ pub fn missing_privilege(role: u32, relation: u32) -> Result<Option<&'static str
 }
 
 /// Refuses (42501) when a policy's `owner` lost a privilege the policy runs with on its table
-/// `relation` (`table` names it): a policy runs with its owner's privileges or not at all.
-pub fn ensure_owner_privileges(owner: u32, relation: u32, table: &str, policy: &str) -> Result<()> {
+/// `relation` (`table` names it): a policy runs with its owner's privileges or not at all; and,
+/// unless it opted in to govern only the rows it sees (`visible_rows_only`), when row-level
+/// security hides rows from it.
+pub fn ensure_owner_privileges(
+    owner: u32,
+    relation: u32,
+    table: &str,
+    policy: &str,
+    visible_rows_only: bool,
+) -> Result<()> {
     ensure_role_exists(owner)?;
     match missing_privilege(owner, relation)? {
+        None if visible_rows_only => Ok(()),
         None => ensure_sees_every_row(owner, relation, table),
         Some(privilege) => Err(RetentionError::OwnerPrivilege {
             policy: policy.to_owned(),
@@ -206,7 +215,7 @@ pub fn ensure_sees_every_row(role: u32, relation: u32, table: &str) -> Result<()
                 "row-level security on {table} would hide rows from {}, whose policy would then govern only the rows it sees",
                 role_name(role)
             ),
-            hint: "Register the policy as the table's owner (with row security not forced on it), or as a role with BYPASSRLS."
+            hint: "Register the policy as the table's owner (with row security not forced on it), or as a role with BYPASSRLS; or, to govern only the rows it sees, pass visible_rows_only => true (preview then counts the others as hidden_rows)."
                 .into(),
         });
     }

@@ -41,6 +41,39 @@ fn row_level_security_that_would_hide_rows_is_refused() {
     assert_eq!(state, "42501");
     assert!(message.contains("row-level security"), "{message}");
 
+    // The documented opt-in governs only the rows admin sees, and preview and health say so.
+    app.batch_execute(
+        "INSERT INTO history SELECT g, 'admin', now() - interval '10 days' FROM generate_series(101, 105) g",
+    )
+    .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'mine', relation => 'history', kind => 'age',
+                    age_column => 'at', older_than => '1 day', visible_rows_only => true)",
+        )
+        .unwrap();
+    assert_eq!(
+        text(
+            &mut admin,
+            "SELECT would_delete || ' of ' || eligible || ', hidden ' || hidden_rows FROM retention.preview('mine')"
+        ),
+        "5 of 5, hidden 20"
+    );
+    assert!(text(
+        &mut admin,
+        "SELECT array_to_string(notes, '; ') FROM retention.health() WHERE policy = 'mine'"
+    )
+    .contains("visible_rows_only"));
+    admin.batch_execute("CALL retention.run('mine')").unwrap();
+    assert_eq!(
+        scalar(&mut c.connect("postgres"), "SELECT count(*) FROM history"),
+        20,
+        "the rows admin cannot see stay"
+    );
+    admin
+        .batch_execute("SELECT retention.drop_policy('mine')")
+        .unwrap();
+
     // With BYPASSRLS the policy governs every row.
     c.execute("postgres", "ALTER ROLE admin BYPASSRLS");
     let mut admin = c.admin("postgres");

@@ -145,7 +145,8 @@ ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN
     ADD COLUMN age_table_column text,
     ADD COLUMN age_pick text CHECK (age_pick IN ('newest', 'oldest')),
     ADD COLUMN terminal_table regclass, ADD COLUMN terminal_table_where text,
-    ADD COLUMN terminal_table_test text CHECK (terminal_table_test IN ('exists', 'not_exists'));
+    ADD COLUMN terminal_table_test text CHECK (terminal_table_test IN ('exists', 'not_exists')),
+    ADD COLUMN visible_rows_only boolean;
 
 -- What retention.metrics() reports of each policy's table, kept between scrapes.
 CREATE TABLE retention.policy_gauges (

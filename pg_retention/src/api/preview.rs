@@ -6,7 +6,7 @@ use crate::error::{returned_nothing, OrReport, Result};
 use pgrx::prelude::*;
 
 /// policy, eligible, held, hold_ids, would_delete, backlog, archive_bytes_estimate,
-/// partitions_to_drop, pinned, referenced, table_would_delete, index_hint
+/// partitions_to_drop, pinned, referenced, table_would_delete, index_hint, hidden_rows
 type PreviewRow = (
     String,
     i64,
@@ -20,6 +20,7 @@ type PreviewRow = (
     i64,
     i64,
     Option<String>,
+    Option<i64>,
 );
 
 fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
@@ -58,6 +59,7 @@ fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
             p.referenced,
             total,
             p.index_hint,
+            p.hidden_rows,
         ));
     }
     Ok(rows)
@@ -85,6 +87,7 @@ fn preview(
         name!(referenced, i64),
         name!(table_would_delete, i64),
         name!(index_hint, Option<String>),
+        name!(hidden_rows, Option<i64>),
     ),
 > {
     crate::identity::refuse_restricted().or_report();

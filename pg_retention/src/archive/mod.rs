@@ -38,5 +38,11 @@ fn batch_policy(b: &Batch) -> Result<(Policy, RelationInfo)> {
 
 /// Refuses (42501) to claim or prune for a policy whose owner lost a privilege it runs with.
 fn owner_may_archive(policy: &Policy, rel: &RelationInfo) -> Result<()> {
-    crate::author::ensure_owner_privileges(policy.owner, rel.oid, &rel.qualified, &policy.name)
+    crate::author::ensure_owner_privileges(
+        policy.owner,
+        rel.oid,
+        &rel.qualified,
+        &policy.name,
+        policy.visible_rows_only(),
+    )
 }

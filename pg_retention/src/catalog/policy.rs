@@ -255,6 +255,10 @@ pub struct PolicySpec {
     /// ... exist (`exists`, the default) or do not (`not_exists`): engine/related_rows.rs.
     #[serde(default)]
     pub terminal_table_test: Option<String>,
+    /// The opt-in to govern only the rows row-level security lets the owner see (preview
+    /// counts the others as `hidden_rows`, health notes it); otherwise such a table is refused.
+    #[serde(default)]
+    pub visible_rows_only: Option<bool>,
     /// Whether sweeps run it.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -280,6 +284,13 @@ pub struct Policy {
     pub spec: PolicySpec,
 }
 
+impl PolicySpec {
+    /// Whether the policy governs only the rows row-level security shows its owner.
+    pub fn visible_rows_only(&self) -> bool {
+        self.visible_rows_only == Some(true)
+    }
+}
+
 impl std::ops::Deref for Policy {
     type Target = PolicySpec;
     fn deref(&self) -> &PolicySpec {
@@ -292,7 +303,7 @@ impl std::ops::Deref for Policy {
 /// and the columns of `retention.policy_versions`. The statements below are built from this
 /// list; `a_policy_field_has_one_definition` fails when the SQL surface, the spec or the
 /// catalog disagree with it.
-pub const FIELDS: [(&str, &str); 26] = [
+pub const FIELDS: [(&str, &str); 27] = [
     ("kind", "text"),
     ("age_column", "text"),
     ("older_than", "interval"),
@@ -319,6 +330,7 @@ pub const FIELDS: [(&str, &str); 26] = [
     ("terminal_table", "regclass"),
     ("terminal_table_where", "text"),
     ("terminal_table_test", "text"),
+    ("visible_rows_only", "boolean"),
 ];
 
 /// `v.<field>` for each field, as [`PolicySpec`] reads it (intervals as text).
@@ -625,6 +637,7 @@ mod tests {
             terminal_table: None,
             terminal_table_where: None,
             terminal_table_test: None,
+            visible_rows_only: None,
             enabled: true,
         };
         let keys: Vec<String> = serde_json::to_value(&spec)

@@ -35,6 +35,9 @@ pub struct Preview {
     /// The indexes the policy's statements would use and that are missing
     /// (engine/index_hint.rs).
     pub index_hint: Option<String>,
+    /// For a policy that governs only the rows it sees (`visible_rows_only`): the table's rows
+    /// row-level security hides from its owner, which no statement of the policy reads.
+    pub hidden_rows: Option<i64>,
 }
 
 /// A partition the next run would drop whole.
@@ -142,7 +145,21 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
         pinned: unreferenced - unpinned,
         referenced: eligible - unreferenced,
         index_hint: crate::engine::index_hint::missing(policy, &rel)?,
+        hidden_rows: hidden_rows(policy, &elig, &rel)?,
     })
+}
+
+/// [`Preview::hidden_rows`]: the table's rows counted by preview's definer (the extension's
+/// owner, whom row security does not filter) less those its owner sees; no predicate of the
+/// policy is evaluated but as its owner.
+fn hidden_rows(policy: &Policy, elig: &Eligibility<'_>, rel: &RelationInfo) -> Result<Option<i64>> {
+    if !policy.visible_rows_only() {
+        return Ok(None);
+    }
+    let count = format!("SELECT count(*) FROM {}", rel.all_rows());
+    let all = present(Spi::get_one::<i64>(&count)?, "a table count")?;
+    let seen = elig.as_owner(|| present(Spi::get_one::<i64>(&count)?, "a table count"))?;
+    Ok(Some(all - seen))
 }
 
 /// What the next `CALL retention.run()` deletes from table `relation` by all its delete

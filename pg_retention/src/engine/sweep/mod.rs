@@ -224,9 +224,13 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
     };
     // A policy runs with its owner's privileges or not at all: one that lost them fails
     // closed, ledgered, and the other policies of the run go on.
-    if let Err(e) =
-        crate::author::ensure_owner_privileges(policy.owner, rel.oid, &rel.qualified, &policy.name)
-    {
+    if let Err(e) = crate::author::ensure_owner_privileges(
+        policy.owner,
+        rel.oid,
+        &rel.qualified,
+        &policy.name,
+        policy.visible_rows_only(),
+    ) {
         return failed(state, &e.to_string(), &e.sqlstate());
     }
     state.paced.batch_size = i64::from(policy.batch_size);
