@@ -160,10 +160,49 @@ CREATE FUNCTION retention.link_windows(producer text, consumer text, margin inte
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._link_windows(producer, consumer, margin::text)) $fn$;
 
-CREATE FUNCTION retention.place_hold(relation regclass, predicate text, reason text, actor text)
+CREATE FUNCTION retention.place_hold(relation regclass, predicate text, reason text, actor text,
+                                     enforce boolean DEFAULT false)
 RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._place_hold(relation::oid, predicate, reason, actor))::bigint $fn$;
+AS $fn$ SELECT retention._result(retention._place_hold(relation::oid, predicate, reason, actor, enforce))::bigint $fn$;
+
+-- Triggers of enforced holds (api/hold.rs installs them): a row an enforced hold covers is not
+-- updated or deleted, and a table with one is not truncated, by anyone but an erasure.
+-- SECURITY DEFINER: they fire as whoever writes, who needs nothing of schema retention; each
+-- hold's predicate runs as the role that placed it.
+CREATE FUNCTION retention._hold_enforce() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    held record;
+BEGIN
+    SELECT * INTO held FROM retention._enforced_hold(TG_RELID, OLD);
+    IF held.hold_id IS NOT NULL THEN
+        RAISE EXCEPTION 'row of %.% is under enforced hold % and cannot be %',
+                TG_TABLE_SCHEMA, TG_TABLE_NAME, held.hold_id, CASE TG_OP WHEN 'DELETE' THEN 'deleted' ELSE 'updated' END
+            USING ERRCODE = 'RT402',
+                  DETAIL = format('Hold %s (%s): %s', held.hold_id, held.actor, held.reason),
+                  HINT = 'Enforced holds refuse every change to their rows. Lift the hold (retention.lift_hold) when the matter is closed; retention.erase outranks it.';
+    END IF;
+    RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
+END
+$fn$;
+
+CREATE FUNCTION retention._hold_enforce_truncate() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    held record;
+BEGIN
+    SELECT * INTO held FROM retention._enforced_hold_on(TG_RELID);
+    IF held.hold_id IS NOT NULL THEN
+        RAISE EXCEPTION '%.% is under enforced hold % and cannot be truncated',
+                TG_TABLE_SCHEMA, TG_TABLE_NAME, held.hold_id
+            USING ERRCODE = 'RT402',
+                  DETAIL = format('Hold %s (%s): %s', held.hold_id, held.actor, held.reason),
+                  HINT = 'Enforced holds refuse every change to their rows. Lift the hold (retention.lift_hold) when the matter is closed.';
+    END IF;
+    RETURN NULL;
+END
+$fn$;
 
 CREATE FUNCTION retention.lift_hold(hold_id bigint, actor text, reason text) RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
@@ -987,7 +1026,7 @@ GRANT EXECUTE ON FUNCTION retention._result(jsonb)
     TO retention_admin, retention_archiver, retention_consumer, retention_eraser;
 GRANT EXECUTE ON FUNCTION retention._define_policy(text, jsonb),
     retention._lower_floor(text, int, text, text, text), retention._set_policy_state(text, text),
-    retention._link_windows(text, text, text), retention._place_hold(oid, text, text, text),
+    retention._link_windows(text, text, text), retention._place_hold(oid, text, text, text, boolean),
     retention._lift_hold(bigint, text, text), retention._register_consumer(text, text, text, oid),
     retention._unregister_consumer(text, text)
     TO retention_admin;
@@ -1007,7 +1046,7 @@ GRANT EXECUTE ON FUNCTION
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),
-    retention.place_hold(regclass, text, text, text), retention.lift_hold(bigint, text, text),
+    retention.place_hold(regclass, text, text, text, boolean), retention.lift_hold(bigint, text, text),
     retention.register_consumer(text, text, interval, regrole), retention.unregister_consumer(text, text),
     retention.preview(text), retention.preview_partitions(text),
     retention.replay_floor(text), retention.check_replay(text, timestamptz),

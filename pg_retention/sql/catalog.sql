@@ -118,7 +118,10 @@ CREATE TABLE retention.hold_records (
     actor         text NOT NULL,
     placed_at     timestamptz NOT NULL DEFAULT now(),
     -- The role that placed the hold: its predicate runs with this role's privileges.
-    placed_by     regrole NOT NULL
+    placed_by     regrole NOT NULL,
+    -- Whether the hold also refuses every UPDATE, DELETE and TRUNCATE of its rows but an
+    -- erasure's (triggers on the table: api/hold.rs), not only the product's own deletes.
+    enforced      boolean NOT NULL DEFAULT false
 );
 CREATE TABLE retention.hold_lifts (
     hold_id   bigint PRIMARY KEY REFERENCES retention.hold_records (id),

@@ -28,7 +28,8 @@ JOIN retention.policy_versions v ON v.policy_id = p.id;
 
 CREATE VIEW retention.holds AS
 SELECT h.id, h.relation_name AS relation, h.predicate, h.reason, h.actor, h.placed_at,
-       h.placed_by::regrole AS placed_by, l.hold_id IS NULL AS active, l.lifted_at, l.actor AS lifted_by, l.reason AS lift_reason
+       h.placed_by::regrole AS placed_by, l.hold_id IS NULL AS active, l.lifted_at, l.actor AS lifted_by, l.reason AS lift_reason,
+       h.enforced
 FROM retention.hold_records h
 LEFT JOIN retention.hold_lifts l ON l.hold_id = h.id;
 

@@ -16,6 +16,7 @@ mod engine;
 mod error;
 mod guard;
 mod gucs;
+mod hold_guard;
 mod identity;
 mod legacy;
 mod limits;

@@ -147,6 +147,7 @@ ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN
     ADD COLUMN terminal_table regclass, ADD COLUMN terminal_table_where text,
     ADD COLUMN terminal_table_test text CHECK (terminal_table_test IN ('exists', 'not_exists')),
     ADD COLUMN visible_rows_only boolean;
+ALTER TABLE retention.hold_records ADD COLUMN enforced boolean NOT NULL DEFAULT false;
 
 -- What retention.metrics() reports of each policy's table, kept between scrapes.
 CREATE TABLE retention.policy_gauges (

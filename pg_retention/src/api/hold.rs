@@ -1,6 +1,8 @@
 //! Legal holds: placing and lifting. Both append; nothing is ever changed.
 
-use crate::catalog::hold::{append_lift, hold_check, hold_state, HoldCheck, NewHold};
+use crate::catalog::hold::{
+    append_lift, hold_check, hold_placement, hold_relation, hold_state, HoldCheck, NewHold,
+};
 use crate::catalog::{caller, caller_oid, LedgerEntry, LedgerMethod, RelationInfo};
 use crate::engine::validate::check_predicate;
 use crate::error::{outcome, OrReport, Result, RetentionError};
@@ -19,7 +21,7 @@ pub(crate) fn non_empty(value: &str, what: &str) -> Result<()> {
     Ok(())
 }
 
-fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i64> {
+fn place(relation: u32, predicate: &str, reason: &str, actor: &str, enforce: bool) -> Result<i64> {
     non_empty(reason, "reason")?;
     non_empty(actor, "actor")?;
     let rel = RelationInfo::load(relation, &format!("oid {relation}"))?;
@@ -32,8 +34,12 @@ fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i6
         reason,
         actor,
         placed_by: caller_oid(),
+        enforced: enforce,
     }
     .append()?;
+    if enforce {
+        crate::hold_guard::install(&rel)?;
+    }
     LedgerEntry {
         method: LedgerMethod::HoldPlace,
         policy: None,
@@ -42,7 +48,7 @@ fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i6
         hold_ids: vec![id],
         actor,
         run_id: None,
-        detail: json!({ "predicate": predicate, "reason": reason, "by": caller() }),
+        detail: json!({ "predicate": predicate, "reason": reason, "by": caller(), "enforced": enforce }),
     }
     .append()?;
     Ok(id)
@@ -51,9 +57,15 @@ fn place(relation: u32, predicate: &str, reason: &str, actor: &str) -> Result<i6
 /// Places a hold on the rows of `relation` matching `predicate`; returns the hold id.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _place_hold(relation: pg_sys::Oid, predicate: &str, reason: &str, actor: &str) -> pgrx::JsonB {
+fn _place_hold(
+    relation: pg_sys::Oid,
+    predicate: &str,
+    reason: &str,
+    actor: &str,
+    enforce: bool,
+) -> pgrx::JsonB {
     outcome(crate::identity::entry(|| {
-        place(relation.to_u32(), predicate, reason, actor)
+        place(relation.to_u32(), predicate, reason, actor, enforce)
     }))
 }
 
@@ -69,7 +81,17 @@ fn lift(hold_id: i64, actor: &str, reason: &str) -> Result<()> {
             hint: "See retention.holds.".into(),
         });
     }
+    let placed = hold_placement(hold_id)?;
     append_lift(hold_id, actor, reason)?;
+    if let Some((by, because)) = placed {
+        // Whoever lifts a hold is told what it protected, in its placer's words.
+        pgrx::notice!(
+            "hold {hold_id} on {relation} lifted; it was placed by {by} because: {because}"
+        );
+    }
+    if let Some(oid) = hold_relation(hold_id)? {
+        crate::hold_guard::remove_if_unused(oid)?;
+    }
     LedgerEntry {
         method: LedgerMethod::HoldLift,
         policy: None,

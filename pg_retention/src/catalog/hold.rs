@@ -113,14 +113,16 @@ pub struct NewHold<'a> {
     pub actor: &'a str,
     /// The role that placed it: its predicate runs with this role's privileges.
     pub placed_by: u32,
+    /// Whether it also refuses every change to its rows (hold_guard.rs).
+    pub enforced: bool,
 }
 
 impl NewHold<'_> {
     /// Appends the hold record; returns its id.
     pub fn append(&self) -> Result<i64> {
         Spi::get_one_with_args::<i64>(
-            "INSERT INTO retention.hold_records (relation, relation_name, predicate, reason, actor, placed_by)
-             VALUES ($1::bigint::oid, $2, $3, $4, $5, $6::bigint::oid) RETURNING id",
+            "INSERT INTO retention.hold_records (relation, relation_name, predicate, reason, actor, placed_by, enforced)
+             VALUES ($1::bigint::oid, $2, $3, $4, $5, $6::bigint::oid, $7) RETURNING id",
             &[
                 i64::from(self.relation).into(),
                 self.relation_name.into(),
@@ -128,10 +130,28 @@ impl NewHold<'_> {
                 self.reason.into(),
                 self.actor.into(),
                 i64::from(self.placed_by).into(),
+                self.enforced.into(),
             ],
         )?
         .ok_or_else(|| returned_nothing("hold insert"))
     }
+}
+
+/// Who placed hold `id` (its actor) and why, if the hold exists.
+pub fn hold_placement(id: i64) -> Result<Option<(String, String)>> {
+    query_json::<(String, String)>(
+        "SELECT jsonb_build_array(h.actor, h.reason) FROM retention.hold_records h WHERE h.id = $1",
+        &[id.into()],
+    )
+}
+
+/// The held table of hold `id` (its oid), if the hold exists.
+pub fn hold_relation(id: i64) -> Result<Option<u32>> {
+    let oid = crate::catalog::optional_one::<i64, _>(
+        "SELECT h.relation::oid::bigint FROM retention.hold_records h WHERE h.id = $1",
+        &[id.into()],
+    )?;
+    Ok(oid.and_then(|o| u32::try_from(o).ok()))
 }
 
 /// The held table's name of hold `id`, and whether the hold is lifted; None for no such hold.

@@ -90,6 +90,8 @@ pub fn erase(req: &Request<'_>, budget: Option<i32>) -> Result<Erased> {
     let mut per_leaf: Vec<(&Leaf, i64)> = Vec::new();
     let dependents = Dependents::of(&rel, false)?;
     let dependents_before = dependents.leaf_counts()?;
+    // Erasure outranks holds, enforced ones too: their triggers let these deletes through.
+    let _erasing = crate::hold_guard::Erasing::begin();
     'leaves: for info in &leaves {
         let on_leaf: Vec<&Hold> = holds
             .iter()

@@ -1,0 +1,236 @@
+//! Enforced holds: a hold placed with `enforce => true` also refuses (RT402) every UPDATE and
+//! DELETE of the rows it covers and every TRUNCATE of its table, by anyone — a library's own
+//! cleanup, a hand-written DELETE — but an erasure, which outranks holds. Placing the first
+//! enforced hold on a table installs two triggers on it (`pg_retention_hold_enforce`, a BEFORE
+//! UPDATE OR DELETE row trigger, and `pg_retention_hold_truncate`, a BEFORE TRUNCATE statement
+//! trigger; on a partitioned table the row trigger reaches every partition); lifting its last
+//! one removes them. The triggers' functions are `retention._hold_enforce` and
+//! `retention._hold_enforce_truncate` (sql/api.sql); each hold's predicate runs as the role that
+//! placed it.
+
+use crate::catalog::{query_json, RelationInfo};
+use crate::error::{OrReport, Result};
+use crate::sql_text::ident;
+use pgrx::prelude::*;
+use std::cell::{Cell, RefCell};
+
+const ROW_TRIGGER: &str = "pg_retention_hold_enforce";
+const TRUNCATE_TRIGGER: &str = "pg_retention_hold_truncate";
+
+thread_local! {
+    /// Set while an erasure deletes: its deletes (and what they cascade to) are not refused.
+    static ERASING: Cell<bool> = const { Cell::new(false) };
+    /// The enforced holds of a table as one statement saw them: (statement, relation) → holds.
+    static SEEN: RefCell<Option<(Statement, u32, Vec<Enforced>)>> = const { RefCell::new(None) };
+}
+
+/// While alive, the triggers of enforced holds let this backend's deletes through: an
+/// erasure's. Restored when dropped, also when an error unwinds past it.
+pub struct Erasing {
+    before: bool,
+}
+
+impl Erasing {
+    /// Starts letting deletes through.
+    pub fn begin() -> Erasing {
+        Erasing {
+            before: ERASING.with(|e| e.replace(true)),
+        }
+    }
+}
+
+impl Drop for Erasing {
+    fn drop(&mut self) {
+        ERASING.with(|e| e.set(self.before));
+    }
+}
+
+/// One enforced hold, as a trigger needs it.
+#[derive(Debug, Clone, serde::Deserialize)]
+struct Enforced {
+    id: i64,
+    actor: String,
+    reason: String,
+    predicate: String,
+    placer: u32,
+}
+
+/// Which statement of which transaction a trigger fires in: holds are read once per statement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Statement {
+    transaction: i64,
+    statement: i64,
+    command: u32,
+}
+
+impl Statement {
+    fn now() -> Statement {
+        // Safety: reads of the backend's own transaction state, inside a transaction.
+        unsafe {
+            Statement {
+                transaction: pg_sys::GetCurrentTransactionStartTimestamp(),
+                statement: pg_sys::GetCurrentStatementStartTimestamp(),
+                command: pg_sys::GetCurrentCommandId(false),
+            }
+        }
+    }
+}
+
+/// The active enforced holds whose rows include rows of table `relation`: its own, and those
+/// of the partitioned tables above it.
+fn enforced_on(relation: u32) -> Result<Vec<Enforced>> {
+    let now = Statement::now();
+    let cached = SEEN.with(|s| {
+        s.borrow()
+            .as_ref()
+            .filter(|(at, rel, _)| *at == now && *rel == relation)
+            .map(|(_, _, holds)| holds.clone())
+    });
+    if let Some(holds) = cached {
+        return Ok(holds);
+    }
+    let holds: Vec<Enforced> = query_json(
+        "SELECT coalesce(jsonb_agg(jsonb_build_object(
+                    'id', h.id, 'actor', h.actor, 'reason', h.reason, 'predicate', h.predicate,
+                    'placer', h.placed_by::bigint) ORDER BY h.id), '[]')
+           FROM retention.hold_records h
+          WHERE h.enforced
+            AND (h.relation = $1::bigint::oid
+                 OR h.relation::oid IN (SELECT a.relid FROM pg_catalog.pg_partition_ancestors($1::bigint::oid) a))
+            AND NOT EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = h.id)",
+        &[i64::from(relation).into()],
+    )?
+    .unwrap_or_default();
+    SEEN.with(|s| *s.borrow_mut() = Some((now, relation, holds.clone())));
+    Ok(holds)
+}
+
+/// The row type of table `relation`.
+fn row_type(relation: u32) -> Result<u32> {
+    let t = crate::catalog::optional_one::<i64, _>(
+        "SELECT c.reltype::bigint FROM pg_catalog.pg_class c WHERE c.oid = $1::bigint::oid",
+        &[i64::from(relation).into()],
+    )?;
+    let t = crate::error::present(t, "the table's row type")?;
+    u32::try_from(t).map_err(|_| crate::error::RetentionError::Internal(format!("type oid {t}")))
+}
+
+/// The hold (id, actor, reason) that refuses a change of `row` of table `relation`; None when
+/// none does, or an erasure is deleting.
+fn refusing(relation: u32, row: pgrx::AnyElement) -> Result<Option<Enforced>> {
+    if ERASING.with(Cell::get) {
+        return Ok(None);
+    }
+    let holds = enforced_on(relation)?;
+    if holds.is_empty() {
+        return Ok(None);
+    }
+    let rowtype = row_type(relation)?;
+    for hold in holds {
+        // A partition's columns are its parent's, by name: a hold placed on the parent is
+        // evaluated over the partition's row.
+        if crate::author::row_matches(hold.placer, &hold.predicate, rowtype, row)? {
+            return Ok(Some(hold));
+        }
+    }
+    Ok(None)
+}
+
+/// hold_id, actor, reason
+type HoldRow = (Option<i64>, Option<String>, Option<String>);
+
+fn as_rows(hold: Option<Enforced>) -> Vec<HoldRow> {
+    hold.map(|h| (Some(h.id), Some(h.actor), Some(h.reason)))
+        .into_iter()
+        .collect()
+}
+
+/// The enforced hold that covers `row` of table `relation` (the trigger's), if any.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+// pgrx needs the named tuple spelled out in the signature to name the result columns.
+#[allow(clippy::type_complexity)]
+fn _enforced_hold(
+    relation: pg_sys::Oid,
+    row: pgrx::AnyElement,
+) -> TableIterator<
+    'static,
+    (
+        name!(hold_id, Option<i64>),
+        name!(actor, Option<String>),
+        name!(reason, Option<String>),
+    ),
+> {
+    TableIterator::new(as_rows(refusing(relation.to_u32(), row).or_report()))
+}
+
+/// The first enforced hold on table `relation` (or above it), if any: a TRUNCATE would remove
+/// its rows.
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+#[allow(clippy::type_complexity)]
+fn _enforced_hold_on(
+    relation: pg_sys::Oid,
+) -> TableIterator<
+    'static,
+    (
+        name!(hold_id, Option<i64>),
+        name!(actor, Option<String>),
+        name!(reason, Option<String>),
+    ),
+> {
+    let first = enforced_on(relation.to_u32())
+        .or_report()
+        .into_iter()
+        .next();
+    TableIterator::new(as_rows(first))
+}
+
+/// Installs the triggers of enforced holds on `rel`, unless they are there.
+pub fn install(rel: &RelationInfo) -> Result<()> {
+    if has_trigger(rel.oid, ROW_TRIGGER)? {
+        return Ok(());
+    }
+    Spi::run(&format!(
+        "CREATE TRIGGER {t} BEFORE UPDATE OR DELETE ON {table} FOR EACH ROW
+             EXECUTE FUNCTION retention._hold_enforce()",
+        t = ident(ROW_TRIGGER),
+        table = rel.qualified,
+    ))?;
+    Spi::run(&format!(
+        "CREATE TRIGGER {t} BEFORE TRUNCATE ON {table} FOR EACH STATEMENT
+             EXECUTE FUNCTION retention._hold_enforce_truncate()",
+        t = ident(TRUNCATE_TRIGGER),
+        table = rel.qualified,
+    ))?;
+    Ok(())
+}
+
+/// Removes the triggers from table `relation` when no active enforced hold is placed on it.
+pub fn remove_if_unused(relation: u32) -> Result<()> {
+    let in_use = crate::catalog::optional_one::<bool, _>(
+        "SELECT EXISTS (SELECT 1 FROM retention.hold_records h
+                         WHERE h.enforced AND h.relation = $1::bigint::oid
+                           AND NOT EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = h.id))",
+        &[i64::from(relation).into()],
+    )?;
+    let table = crate::catalog::optional_one::<String, _>(
+        "SELECT c.oid::regclass::text FROM pg_catalog.pg_class c WHERE c.oid = $1::bigint::oid",
+        &[i64::from(relation).into()],
+    )?;
+    let (Some(false), Some(table)) = (in_use, table) else {
+        return Ok(());
+    };
+    for t in [ROW_TRIGGER, TRUNCATE_TRIGGER] {
+        Spi::run(&format!("DROP TRIGGER IF EXISTS {} ON {table}", ident(t)))?;
+    }
+    Ok(())
+}
+
+fn has_trigger(relation: u32, name: &str) -> Result<bool> {
+    Ok(crate::catalog::optional_one::<bool, _>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                         WHERE t.tgrelid = $1::bigint::oid AND t.tgname = $2 AND NOT t.tgisinternal)",
+        &[i64::from(relation).into(), name.into()],
+    )? == Some(true))
+}
