@@ -166,6 +166,11 @@ RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._place_hold(relation::oid, predicate, reason, actor, enforce))::bigint $fn$;
 
+-- Declares what a table's rows are for retention (api/class.rs).
+CREATE FUNCTION retention.classify(relation regclass, class text, reason text) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT retention._result(retention._classify(relation::oid, class, reason)) $fn$;
+
 -- Triggers of enforced holds (api/hold.rs installs them): a row an enforced hold covers is not
 -- updated or deleted, and a table with one is not truncated, by anyone but an erasure.
 -- SECURITY DEFINER: they fire as whoever writes, who needs nothing of schema retention; each
@@ -1028,6 +1033,7 @@ GRANT EXECUTE ON FUNCTION retention._define_policy(text, jsonb),
     retention._lower_floor(text, int, text, text, text), retention._set_policy_state(text, text),
     retention._link_windows(text, text, text), retention._place_hold(oid, text, text, text, boolean),
     retention._lift_hold(bigint, text, text), retention._register_consumer(text, text, text, oid),
+    retention._classify(oid, text, text),
     retention._unregister_consumer(text, text)
     TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention._report_position(text, text, bigint, text),
@@ -1047,6 +1053,7 @@ GRANT EXECUTE ON FUNCTION
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),
     retention.place_hold(regclass, text, text, text, boolean), retention.lift_hold(bigint, text, text),
+    retention.classify(regclass, text, text),
     retention.register_consumer(text, text, interval, regrole), retention.unregister_consumer(text, text),
     retention.preview(text), retention.preview_partitions(text),
     retention.replay_floor(text), retention.check_replay(text, timestamptz),

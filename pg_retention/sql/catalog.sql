@@ -323,3 +323,23 @@ SELECT pg_catalog.pg_extension_config_dump('retention.policy_ids_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.hold_records_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.ledger_entries_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.consumer_epochs', '');
+
+-- What each table's rows are for retention (catalog/class.rs): appended by
+-- retention.classify, never changed; a table's newest record is its class.
+CREATE TABLE retention.table_classes (
+    id            bigserial PRIMARY KEY,
+    relation      regclass NOT NULL,
+    relation_name text NOT NULL,
+    class         text NOT NULL CHECK (class IN ('source_of_truth', 'derived_rebuildable',
+                                                 'operational_state', 'transport', 'audit')),
+    reason        text NOT NULL,
+    classified_by regrole NOT NULL,
+    classified_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX ON retention.table_classes (relation, id);
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.table_classes
+    FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.table_classes
+    FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
+SELECT pg_catalog.pg_extension_config_dump('retention.table_classes', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.table_classes_id_seq', '');

@@ -149,6 +149,26 @@ ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN
     ADD COLUMN terminal_table_test text CHECK (terminal_table_test IN ('exists', 'not_exists')),
     ADD COLUMN visible_rows_only boolean;
 ALTER TABLE retention.hold_records ADD COLUMN enforced boolean NOT NULL DEFAULT false;
+-- What each table's rows are for retention (catalog/class.rs): appended by
+-- retention.classify, never changed; a table's newest record is its class.
+CREATE TABLE retention.table_classes (
+    id            bigserial PRIMARY KEY,
+    relation      regclass NOT NULL,
+    relation_name text NOT NULL,
+    class         text NOT NULL CHECK (class IN ('source_of_truth', 'derived_rebuildable',
+                                                 'operational_state', 'transport', 'audit')),
+    reason        text NOT NULL,
+    classified_by regrole NOT NULL,
+    classified_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX ON retention.table_classes (relation, id);
+CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.table_classes
+    FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
+CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.table_classes
+    FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
+SELECT pg_catalog.pg_extension_config_dump('retention.table_classes', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.table_classes_id_seq', '');
+
 
 -- What retention.metrics() reports of each policy's table, kept between scrapes.
 CREATE TABLE retention.policy_gauges (
@@ -357,12 +377,28 @@ LEFT JOIN retention.policy_counters c ON c.policy_id = p.id;
 
 -- One table, one class: each governed table, whether its rows leave through verified archives
 -- (archive) or are deleted (delete), and the policies that govern it.
+-- Every table of the database outside the system's and the extension's schemas (partitions
+-- when they have a class or a policy of their own): its declared retention class
+-- (retention.classify; NULL when none), the class its policies give it (archive or delete;
+-- NULL when none governs it) and the policies.
 CREATE VIEW retention.tables AS
-SELECT p.relation,
-       CASE WHEN bool_or(p.action = 'archive_then_delete') THEN 'archive' ELSE 'delete' END AS class,
-       array_agg(p.name ORDER BY p.name) AS policies
-FROM retention.policies p
-GROUP BY p.relation;
+SELECT c.oid::regclass AS relation,
+       CASE WHEN g.archive THEN 'archive' WHEN g.archive IS NOT NULL THEN 'delete' END AS class,
+       coalesce(g.policies, '{}') AS policies,
+       k.class AS retention_class, k.reason AS class_reason,
+       k.classified_by::regrole AS classified_by, k.classified_at
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN LATERAL (SELECT t.class, t.reason, t.classified_by, t.classified_at
+                     FROM retention.table_classes t WHERE t.relation = c.oid
+                    ORDER BY t.id DESC LIMIT 1) k ON true
+LEFT JOIN (SELECT p.relation::oid AS relid, bool_or(p.action = 'archive_then_delete') AS archive,
+                  array_agg(p.name ORDER BY p.name) AS policies
+             FROM retention.policies p GROUP BY p.relation) g ON g.relid = c.oid
+WHERE c.relkind IN ('r', 'p')
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'retention', 'pg_toast')
+  AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
+  AND (NOT c.relispartition OR k.class IS NOT NULL OR g.relid IS NOT NULL);
 
 GRANT SELECT ON retention.policies, retention.policy_history, retention.holds, retention.ledger,
     retention.stats, retention.tables TO retention_admin;
@@ -751,6 +787,18 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_claim_slice_wrapper';
 
+-- pg_retention/src/api/class.rs:92
+-- pg_retention::api::class::_classify
+CREATE OR REPLACE FUNCTION "_classify"(
+	"relation" oid, /* pg_sys :: Oid */
+	"class" TEXT, /* & str */
+	"reason" TEXT /* & str */
+) RETURNS jsonb /* pgrx :: JsonB */
+STRICT
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_classify_wrapper';
+
 -- pg_retention/src/api/archive.rs:183
 -- pg_retention::api::archive::_complete_batch
 CREATE OR REPLACE FUNCTION "_complete_batch"(
@@ -852,7 +900,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_fixpoint_eligible_wrapper';
 
--- pg_retention/src/api/hold.rs:158
+-- pg_retention/src/api/hold.rs:160
 -- pg_retention::api::hold::_hold_matches
 CREATE OR REPLACE FUNCTION "_hold_matches"(
 	"hold_id" bigint, /* i64 */
@@ -863,7 +911,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_hold_matches_wrapper';
 
--- pg_retention/src/api/hold.rs:108
+-- pg_retention/src/api/hold.rs:110
 -- pg_retention::api::hold::_lift_hold
 CREATE OR REPLACE FUNCTION "_lift_hold"(
 	"hold_id" bigint, /* i64 */
@@ -933,7 +981,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_place_hold_wrapper';
 
--- pg_retention/src/api/hold.rs:116
+-- pg_retention/src/api/hold.rs:118
 -- pg_retention::api::hold::_predicate_problem
 CREATE OR REPLACE FUNCTION "_predicate_problem"(
 	"relation" oid, /* pg_sys :: Oid */
@@ -1412,6 +1460,11 @@ CREATE OR REPLACE FUNCTION retention.place_hold(relation regclass, predicate tex
 RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._place_hold(relation::oid, predicate, reason, actor, enforce))::bigint $fn$;
+
+-- Declares what a table's rows are for retention (api/class.rs).
+CREATE OR REPLACE FUNCTION retention.classify(relation regclass, class text, reason text) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT retention._result(retention._classify(relation::oid, class, reason)) $fn$;
 
 -- Triggers of enforced holds (api/hold.rs installs them): a row an enforced hold covers is not
 -- updated or deleted, and a table with one is not truncated, by anyone but an erasure.
@@ -2275,6 +2328,7 @@ GRANT EXECUTE ON FUNCTION retention._define_policy(text, jsonb),
     retention._lower_floor(text, int, text, text, text), retention._set_policy_state(text, text),
     retention._link_windows(text, text, text), retention._place_hold(oid, text, text, text, boolean),
     retention._lift_hold(bigint, text, text), retention._register_consumer(text, text, text, oid),
+    retention._classify(oid, text, text),
     retention._unregister_consumer(text, text)
     TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention._report_position(text, text, bigint, text),
@@ -2294,6 +2348,7 @@ GRANT EXECUTE ON FUNCTION
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),
     retention.place_hold(regclass, text, text, text, boolean), retention.lift_hold(bigint, text, text),
+    retention.classify(regclass, text, text),
     retention.register_consumer(text, text, interval, regrole), retention.unregister_consumer(text, text),
     retention.preview(text), retention.preview_partitions(text),
     retention.replay_floor(text), retention.check_replay(text, timestamptz),

@@ -70,12 +70,28 @@ LEFT JOIN retention.policy_counters c ON c.policy_id = p.id;
 
 -- One table, one class: each governed table, whether its rows leave through verified archives
 -- (archive) or are deleted (delete), and the policies that govern it.
+-- Every table of the database outside the system's and the extension's schemas (partitions
+-- when they have a class or a policy of their own): its declared retention class
+-- (retention.classify; NULL when none), the class its policies give it (archive or delete;
+-- NULL when none governs it) and the policies.
 CREATE VIEW retention.tables AS
-SELECT p.relation,
-       CASE WHEN bool_or(p.action = 'archive_then_delete') THEN 'archive' ELSE 'delete' END AS class,
-       array_agg(p.name ORDER BY p.name) AS policies
-FROM retention.policies p
-GROUP BY p.relation;
+SELECT c.oid::regclass AS relation,
+       CASE WHEN g.archive THEN 'archive' WHEN g.archive IS NOT NULL THEN 'delete' END AS class,
+       coalesce(g.policies, '{}') AS policies,
+       k.class AS retention_class, k.reason AS class_reason,
+       k.classified_by::regrole AS classified_by, k.classified_at
+FROM pg_catalog.pg_class c
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN LATERAL (SELECT t.class, t.reason, t.classified_by, t.classified_at
+                     FROM retention.table_classes t WHERE t.relation = c.oid
+                    ORDER BY t.id DESC LIMIT 1) k ON true
+LEFT JOIN (SELECT p.relation::oid AS relid, bool_or(p.action = 'archive_then_delete') AS archive,
+                  array_agg(p.name ORDER BY p.name) AS policies
+             FROM retention.policies p GROUP BY p.relation) g ON g.relid = c.oid
+WHERE c.relkind IN ('r', 'p')
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'retention', 'pg_toast')
+  AND n.nspname NOT LIKE 'pg\_temp\_%' AND n.nspname NOT LIKE 'pg\_toast\_temp\_%'
+  AND (NOT c.relispartition OR k.class IS NOT NULL OR g.relid IS NOT NULL);
 
 GRANT SELECT ON retention.policies, retention.policy_history, retention.holds, retention.ledger,
     retention.stats, retention.tables TO retention_admin;

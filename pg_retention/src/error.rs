@@ -117,6 +117,15 @@ pub enum RetentionError {
         other: String,
         action: String,
     },
+    /// A policy on a table declared `source_of_truth`, or that declaration on a governed table
+    /// (RT103).
+    #[error("{relation} is a source of truth: no retention policy deletes its rows")]
+    SourceOfTruth {
+        relation: String,
+        reason: String,
+        /// The policy that governs it, when the declaration is what was refused.
+        policy: Option<String>,
+    },
     /// A required argument was NULL (22004).
     #[error("{0} must not be NULL")]
     NullArgument(&'static str),
@@ -226,6 +235,7 @@ impl RetentionError {
             RetentionError::WrongState { .. } => "55000",
             RetentionError::Privilege { .. } | RetentionError::OwnerPrivilege { .. } => "42501",
             RetentionError::ClassConflict { .. } => "RT102",
+            RetentionError::SourceOfTruth { .. } => "RT103",
             RetentionError::NullArgument(_) => "22004",
             RetentionError::Internal(_) | RetentionError::Raised { .. } => "XX000",
         }
@@ -253,6 +263,10 @@ impl RetentionError {
             RetentionError::OwnerPrivilege { owner, .. } => Some(format!(
                 "A policy's predicates and deletes run with the privileges of its owner ({owner}), the role that registered or last altered it. Nothing was deleted."
             )),
+            RetentionError::SourceOfTruth { reason, policy, .. } => Some(match policy {
+                Some(policy) => format!("Policy {policy} governs it; declared a source of truth because: {reason}."),
+                None => format!("It was declared a source of truth because: {reason}."),
+            }),
             RetentionError::ClassConflict { .. } => Some(
                 "A table is either archive-class (rows leave only through verified archives) or delete-class, never both: a delete policy could remove audit rows before they are archived.".into(),
             ),
@@ -309,6 +323,12 @@ impl RetentionError {
             RetentionError::ClassConflict { other, .. } => Some(format!(
                 "Drop or alter policy {other} first, or give this policy the same action."
             )),
+            RetentionError::SourceOfTruth { policy: Some(policy), .. } => Some(format!(
+                "Drop policy {policy} first, or declare another class."
+            )),
+            RetentionError::SourceOfTruth { policy: None, .. } => Some(
+                "If the table is not the record itself, declare its class again with retention.classify.".into(),
+            ),
             RetentionError::NullArgument(_) => Some("Pass a value; NULL means nothing here.".into()),
             RetentionError::Internal(_) | RetentionError::Raised { .. } => None,
         }

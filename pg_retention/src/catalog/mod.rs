@@ -10,6 +10,7 @@
 //! (`worker_state.rs`) is written through the worker's SQL functions in `sql/api.sql`.
 
 pub mod batch;
+pub mod class;
 pub mod consumer;
 pub mod gauges;
 pub mod hold;

@@ -115,6 +115,15 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         ));
     }
     let archive = spec.action == Action::ArchiveThenDelete;
+    if let Some((crate::catalog::class::RetentionClass::SourceOfTruth, reason)) =
+        crate::catalog::class::class_of(rel.oid)?
+    {
+        return Err(RetentionError::SourceOfTruth {
+            relation: rel.qualified.clone(),
+            reason,
+            policy: None,
+        });
+    }
     if let Some(privilege) = crate::author::missing_privilege(caller_oid(), rel.oid)? {
         return Err(RetentionError::Privilege {
             message: format!(
