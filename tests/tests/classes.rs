@@ -8,6 +8,9 @@
 use pg_retention_integration::{expect_error, scalar, succeed, text, Cluster};
 use std::process::Command;
 
+/// relation, retention_class, class, policies
+type TableRow = (String, Option<String>, Option<String>, Vec<String>);
+
 #[test]
 fn classes_are_declared_listed_commented_and_a_source_of_truth_takes_no_policy() {
     let c = Cluster::start(&[]);
@@ -67,7 +70,7 @@ fn classes_are_declared_listed_commented_and_a_source_of_truth_takes_no_policy()
         .unwrap_or_else(|e| panic!("{e:?}"));
 
     // Every table is listed, with its class and policies.
-    let rows: Vec<(String, Option<String>, Option<String>, Vec<String>)> = admin
+    let rows: Vec<TableRow> = admin
         .query(
             "SELECT relation::text, retention_class, class, policies FROM retention.tables ORDER BY 1",
             &[],
