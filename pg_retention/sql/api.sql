@@ -74,7 +74,8 @@ CREATE FUNCTION retention.add_policy(
     terminal_table regclass DEFAULT NULL,
     terminal_table_where text DEFAULT NULL,
     terminal_table_test text DEFAULT NULL,
-    visible_rows_only boolean DEFAULT NULL
+    visible_rows_only boolean DEFAULT NULL,
+    max_table_rows bigint DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -88,7 +89,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'age_expression', age_expression, 'age_table', age_table::oid::bigint,
         'age_table_column', age_table_column, 'age_pick', age_pick,
         'terminal_table', terminal_table::oid::bigint, 'terminal_table_where', terminal_table_where,
-        'terminal_table_test', terminal_table_test, 'visible_rows_only', visible_rows_only)))::bigint;
+        'terminal_table_test', terminal_table_test, 'visible_rows_only', visible_rows_only,
+        'max_table_rows', max_table_rows)))::bigint;
 $fn$;
 
 CREATE FUNCTION retention.alter_policy(
@@ -119,7 +121,8 @@ CREATE FUNCTION retention.alter_policy(
     terminal_table regclass DEFAULT NULL,
     terminal_table_where text DEFAULT NULL,
     terminal_table_test text DEFAULT NULL,
-    visible_rows_only boolean DEFAULT NULL
+    visible_rows_only boolean DEFAULT NULL,
+    max_table_rows bigint DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -133,7 +136,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'age_table', age_table::oid::bigint, 'age_table_column', age_table_column,
         'age_pick', age_pick, 'terminal_table', terminal_table::oid::bigint,
         'terminal_table_where', terminal_table_where, 'terminal_table_test', terminal_table_test,
-        'visible_rows_only', visible_rows_only)))::bigint;
+        'visible_rows_only', visible_rows_only, 'max_table_rows', max_table_rows)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -514,7 +517,8 @@ $fn$;
 
 -- One row per live policy: healthy, and why not.
 CREATE FUNCTION retention.health()
-RETURNS TABLE (policy text, healthy boolean, reasons text[], notes text[])
+RETURNS TABLE (policy text, healthy boolean, reasons text[], notes text[],
+               total_rows bigint, eligible_rows bigint, blocked_rows bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     p record;
@@ -534,9 +538,20 @@ DECLARE
     overdue text;
     skips bigint;
     run_detail jsonb;
+    counted record;
 BEGIN
     FOR p IN SELECT * FROM retention.policies ORDER BY name LOOP
         r := '{}';
+        -- The doctor's counts, by the sweep's own eligibility (api/preview.rs).
+        SELECT * INTO counted FROM retention._doctor(p.id);
+        IF NOT p.enabled THEN
+            r := array_append(r, 'policy disabled');
+        END IF;
+        IF p.max_table_rows IS NOT NULL AND counted.total_rows > p.max_table_rows THEN
+            r := array_append(r, format('%s rows in %s, over its budget of max_table_rows = %s (%s eligible, %s of them blocked)',
+                                        counted.total_rows, p.relation, p.max_table_rows,
+                                        counted.eligible_rows, counted.blocked_rows));
+        END IF;
         IF p.action = 'delete' AND p.enabled THEN
             IF NOT preloaded THEN
                 r := array_append(r, 'worker not preloaded (pg_retention is not in shared_preload_libraries): schedule CALL retention.run(), e.g. with pg_cron');
@@ -595,6 +610,9 @@ BEGIN
         policy := p.name;
         healthy := cardinality(r) = 0;
         reasons := r;
+        total_rows := counted.total_rows;
+        eligible_rows := counted.eligible_rows;
+        blocked_rows := counted.blocked_rows;
         -- Facts that qualify what the policy governs, not faults.
         notes := CASE WHEN p.visible_rows_only THEN
             ARRAY[format('governs only the rows row-level security on %s shows its owner %s (visible_rows_only); preview counts the others as hidden_rows',
@@ -1047,8 +1065,8 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

@@ -147,7 +147,8 @@ ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN
     ADD COLUMN age_pick text CHECK (age_pick IN ('newest', 'oldest')),
     ADD COLUMN terminal_table regclass, ADD COLUMN terminal_table_where text,
     ADD COLUMN terminal_table_test text CHECK (terminal_table_test IN ('exists', 'not_exists')),
-    ADD COLUMN visible_rows_only boolean;
+    ADD COLUMN visible_rows_only boolean,
+    ADD COLUMN max_table_rows bigint CHECK (max_table_rows > 0);
 ALTER TABLE retention.hold_records ADD COLUMN enforced boolean NOT NULL DEFAULT false;
 -- What each table's rows are for retention (catalog/class.rs): appended by
 -- retention.classify, never changed; a table's newest record is its class.
@@ -314,7 +315,8 @@ SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
        v.lease_key, v.lease_expiry, v.search_path,
        v.age_expression, v.age_table, v.age_table_column, v.age_pick,
-       v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only
+       v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only,
+       v.max_table_rows
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -329,7 +331,8 @@ SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v
        v.owner::regrole AS owner, v.keep_floor, v.window_floor, v.archive_keep, v.lease_table,
        v.lease_key, v.lease_expiry, v.search_path,
        v.age_expression, v.age_table, v.age_table_column, v.age_pick,
-       v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only
+       v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only,
+       v.max_table_rows
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -834,6 +837,20 @@ STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_define_policy_wrapper';
+
+-- pg_retention/src/api/preview.rs:132
+-- pg_retention::api::preview::_doctor
+CREATE OR REPLACE FUNCTION "_doctor"(
+	"policy_id" bigint /* i64 */
+) RETURNS TABLE (
+	"total_rows" bigint,  /* Option < i64 > */
+	"eligible_rows" bigint,  /* Option < i64 > */
+	"blocked_rows" bigint  /* Option < i64 > */
+)
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_doctor_wrapper';
 
 -- pg_retention/src/hold_guard.rs:149
 -- pg_retention::hold_guard::_enforced_hold
@@ -1369,7 +1386,8 @@ CREATE OR REPLACE FUNCTION retention.add_policy(
     terminal_table regclass DEFAULT NULL,
     terminal_table_where text DEFAULT NULL,
     terminal_table_test text DEFAULT NULL,
-    visible_rows_only boolean DEFAULT NULL
+    visible_rows_only boolean DEFAULT NULL,
+    max_table_rows bigint DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -1383,7 +1401,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'age_expression', age_expression, 'age_table', age_table::oid::bigint,
         'age_table_column', age_table_column, 'age_pick', age_pick,
         'terminal_table', terminal_table::oid::bigint, 'terminal_table_where', terminal_table_where,
-        'terminal_table_test', terminal_table_test, 'visible_rows_only', visible_rows_only)))::bigint;
+        'terminal_table_test', terminal_table_test, 'visible_rows_only', visible_rows_only,
+        'max_table_rows', max_table_rows)))::bigint;
 $fn$;
 
 CREATE OR REPLACE FUNCTION retention.alter_policy(
@@ -1414,7 +1433,8 @@ CREATE OR REPLACE FUNCTION retention.alter_policy(
     terminal_table regclass DEFAULT NULL,
     terminal_table_where text DEFAULT NULL,
     terminal_table_test text DEFAULT NULL,
-    visible_rows_only boolean DEFAULT NULL
+    visible_rows_only boolean DEFAULT NULL,
+    max_table_rows bigint DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -1428,7 +1448,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'age_table', age_table::oid::bigint, 'age_table_column', age_table_column,
         'age_pick', age_pick, 'terminal_table', terminal_table::oid::bigint,
         'terminal_table_where', terminal_table_where, 'terminal_table_test', terminal_table_test,
-        'visible_rows_only', visible_rows_only)))::bigint;
+        'visible_rows_only', visible_rows_only, 'max_table_rows', max_table_rows)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -1809,7 +1829,8 @@ $fn$;
 
 -- One row per live policy: healthy, and why not.
 CREATE OR REPLACE FUNCTION retention.health()
-RETURNS TABLE (policy text, healthy boolean, reasons text[], notes text[])
+RETURNS TABLE (policy text, healthy boolean, reasons text[], notes text[],
+               total_rows bigint, eligible_rows bigint, blocked_rows bigint)
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
     p record;
@@ -1829,9 +1850,20 @@ DECLARE
     overdue text;
     skips bigint;
     run_detail jsonb;
+    counted record;
 BEGIN
     FOR p IN SELECT * FROM retention.policies ORDER BY name LOOP
         r := '{}';
+        -- The doctor's counts, by the sweep's own eligibility (api/preview.rs).
+        SELECT * INTO counted FROM retention._doctor(p.id);
+        IF NOT p.enabled THEN
+            r := array_append(r, 'policy disabled');
+        END IF;
+        IF p.max_table_rows IS NOT NULL AND counted.total_rows > p.max_table_rows THEN
+            r := array_append(r, format('%s rows in %s, over its budget of max_table_rows = %s (%s eligible, %s of them blocked)',
+                                        counted.total_rows, p.relation, p.max_table_rows,
+                                        counted.eligible_rows, counted.blocked_rows));
+        END IF;
         IF p.action = 'delete' AND p.enabled THEN
             IF NOT preloaded THEN
                 r := array_append(r, 'worker not preloaded (pg_retention is not in shared_preload_libraries): schedule CALL retention.run(), e.g. with pg_cron');
@@ -1890,6 +1922,9 @@ BEGIN
         policy := p.name;
         healthy := cardinality(r) = 0;
         reasons := r;
+        total_rows := counted.total_rows;
+        eligible_rows := counted.eligible_rows;
+        blocked_rows := counted.blocked_rows;
         -- Facts that qualify what the policy governs, not faults.
         notes := CASE WHEN p.visible_rows_only THEN
             ARRAY[format('governs only the rows row-level security on %s shows its owner %s (visible_rows_only); preview counts the others as hidden_rows',
@@ -2342,8 +2377,8 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),

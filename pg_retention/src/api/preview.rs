@@ -125,3 +125,29 @@ fn preview_partitions(
     crate::identity::refuse_restricted().or_report();
     TableIterator::new(partition_drops(policy).or_report())
 }
+
+/// The doctor's counts of policy `policy_id` for `retention.health()`: its table's rows, the
+/// rows it makes eligible, and those of them holds, references or pins keep; NULLs when they
+/// cannot be counted (health() gives the reason from the policy's runs).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _doctor(
+    policy_id: i64,
+) -> TableIterator<
+    'static,
+    (
+        name!(total_rows, Option<i64>),
+        name!(eligible_rows, Option<i64>),
+        name!(blocked_rows, Option<i64>),
+    ),
+> {
+    let counted = crate::subxact::or_error(|| match Policy::by_id(policy_id)? {
+        Some(policy) => crate::engine::preview::counts(&policy).map(Some),
+        None => Ok(None),
+    });
+    let row = match counted {
+        Ok(Ok(Some(c))) => (Some(c.total), Some(c.eligible), Some(c.blocked)),
+        _ => (None, None, None),
+    };
+    TableIterator::new(std::iter::once(row))
+}

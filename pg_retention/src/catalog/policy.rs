@@ -259,6 +259,10 @@ pub struct PolicySpec {
     /// counts the others as `hidden_rows`, health notes it); otherwise such a table is refused.
     #[serde(default)]
     pub visible_rows_only: Option<bool>,
+    /// A diagnostic budget of the table's rows: `health()` is unhealthy past it; never a
+    /// reason to delete anything.
+    #[serde(default)]
+    pub max_table_rows: Option<i64>,
     /// Whether sweeps run it.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -303,7 +307,7 @@ impl std::ops::Deref for Policy {
 /// and the columns of `retention.policy_versions`. The statements below are built from this
 /// list; `a_policy_field_has_one_definition` fails when the SQL surface, the spec or the
 /// catalog disagree with it.
-pub const FIELDS: [(&str, &str); 27] = [
+pub const FIELDS: [(&str, &str); 28] = [
     ("kind", "text"),
     ("age_column", "text"),
     ("older_than", "interval"),
@@ -331,6 +335,7 @@ pub const FIELDS: [(&str, &str); 27] = [
     ("terminal_table_where", "text"),
     ("terminal_table_test", "text"),
     ("visible_rows_only", "boolean"),
+    ("max_table_rows", "bigint"),
 ];
 
 /// `v.<field>` for each field, as [`PolicySpec`] reads it (intervals as text).
@@ -638,6 +643,7 @@ mod tests {
             terminal_table_where: None,
             terminal_table_test: None,
             visible_rows_only: None,
+            max_table_rows: None,
             enabled: true,
         };
         let keys: Vec<String> = serde_json::to_value(&spec)

@@ -162,6 +162,35 @@ fn hidden_rows(policy: &Policy, elig: &Eligibility<'_>, rel: &RelationInfo) -> R
     Ok(Some(all - seen))
 }
 
+/// The doctor's counts of a policy's table (health()): its rows, the rows the policy makes
+/// eligible, and those of them kept by holds, references or consumer pins — counted by the
+/// sweep's own eligibility, as the policy's owner.
+pub struct Counts {
+    pub total: i64,
+    pub eligible: i64,
+    pub blocked: i64,
+}
+
+/// [`Counts`] of `policy`.
+pub fn counts(policy: &Policy) -> Result<Counts> {
+    let rel = RelationInfo::load(policy.relation, &policy.relation_name)?;
+    let holds = active_holds(policy.relation)?;
+    let elig = Eligibility::new(policy, &rel, &holds)?;
+    let eligible = elig.count(Guards::NONE)?;
+    let deletable = elig.count(Guards::ALL)?;
+    let total = elig.as_owner(|| {
+        present(
+            Spi::get_one::<i64>(&format!("SELECT count(*) FROM {}", rel.all_rows()))?,
+            "a table count",
+        )
+    })?;
+    Ok(Counts {
+        total,
+        eligible,
+        blocked: eligible - deletable,
+    })
+}
+
 /// What the next `CALL retention.run()` deletes from table `relation` by all its delete
 /// policies together (the union of what each deletes: preview's per-policy figures count a row
 /// every policy that would delete it makes eligible). Each policy in the run's order takes its

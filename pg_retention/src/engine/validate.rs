@@ -102,6 +102,13 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         ));
     }
     crate::limits::batch_rows("batch_size", i64::from(spec.batch_size))?;
+    if let Some(budget) = spec.max_table_rows.filter(|b| *b < 1) {
+        return Err(RetentionError::invalid(
+            format!("max_table_rows must be at least 1, got {budget}"),
+            "It is the most rows the table should hold; health() is unhealthy past it.",
+            "Pass a positive count, or leave it NULL for no budget.",
+        ));
+    }
     let rel = RelationInfo::load(spec.relation, &format!("oid {}", spec.relation))?;
     rel.ensure_not_catalog()?;
     if rel.relkind != "r" && rel.relkind != "p" {
