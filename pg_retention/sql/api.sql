@@ -622,6 +622,68 @@ BEGIN
 END
 $fn$;
 
+-- Whether retention keeps up, per live policy, over the last `over` (from the ledger: what left,
+-- and the backlog its runs recorded): rows that left, rows that became deletable (those that
+-- left plus the backlog's growth), both per hour, and at this pace how long the backlog takes to
+-- drain (NULL: it does not drain at this pace). A delete policy's backlog is what its last run
+-- left (its cap); `backlog_before` is what the last run before the window left (or, without
+-- one, what the window's first run found). An archive policy's backlog is the kept gauge (now),
+-- with no history: its growth is not known and `falling_behind` is NULL.
+CREATE FUNCTION retention.keep_up(over interval DEFAULT '1 day')
+RETURNS TABLE (policy text, rows_left bigint, rows_became_eligible bigint, backlog bigint,
+               backlog_before bigint, left_per_hour double precision,
+               eligible_per_hour double precision, drain_estimate interval, falling_behind boolean)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    p record;
+    since timestamptz;
+    hours double precision;
+    first_run jsonb;
+BEGIN
+    IF over IS NULL OR over <= interval '0' THEN
+        RAISE EXCEPTION 'over must be a positive interval, got %', coalesce(over::text, 'NULL')
+            USING ERRCODE = '22023', DETAIL = 'Keep-up is measured over a past window.',
+                  HINT = 'Pass over => ''1 day'' or so.';
+    END IF;
+    since := now() - over;
+    hours := extract(epoch FROM over) / 3600;
+    FOR p IN SELECT i.id, i.name, v.action FROM retention.policy_ids i
+               CROSS JOIN LATERAL (SELECT pv.action FROM retention.policy_versions pv
+                                    WHERE pv.policy_id = i.id ORDER BY pv.version DESC LIMIT 1) v
+              WHERE i.dropped_at IS NULL ORDER BY i.name LOOP
+        policy := p.name;
+        rows_left := (SELECT coalesce(sum(l.rows), 0) FROM retention.ledger_entries l
+                       WHERE l.policy_id = p.id AND l.at > since
+                         AND l.method IN ('prune', 'orphan_sweep', 'drop_partition', 'erasure'))::bigint;
+        IF p.action = 'archive_then_delete' THEN
+            backlog := (SELECT g.eligible_rows FROM retention.policy_gauges g WHERE g.policy_id = p.id);
+            backlog_before := NULL;
+        ELSE
+            backlog := (SELECT c.backlog FROM retention.policy_counters c WHERE c.policy_id = p.id);
+            backlog_before := (SELECT (l.detail->>'backlog')::bigint FROM retention.ledger_entries l
+                                WHERE l.policy_id = p.id AND l.method = 'run' AND l.at <= since
+                                ORDER BY l.id DESC LIMIT 1);
+            IF backlog_before IS NULL THEN
+                first_run := (SELECT l.detail FROM retention.ledger_entries l
+                               WHERE l.policy_id = p.id AND l.method = 'run' AND l.at > since
+                               ORDER BY l.id LIMIT 1);
+                backlog_before := (first_run->>'backlog')::bigint + (first_run->>'deleted')::bigint;
+            END IF;
+        END IF;
+        rows_became_eligible := rows_left + backlog - backlog_before;
+        left_per_hour := rows_left / hours;
+        eligible_per_hour := rows_became_eligible / hours;
+        drain_estimate := CASE
+            WHEN backlog = 0 THEN interval '0'
+            WHEN left_per_hour > eligible_per_hour
+                THEN make_interval(secs => backlog / (left_per_hour - eligible_per_hour) * 3600)
+            END;
+        falling_behind := backlog > 0 AND backlog > backlog_before;
+        RETURN NEXT;
+    END LOOP;
+END
+$fn$;
+
 -- ---- Archive-then-prune. ----
 
 -- Guard trigger of archive policies: refuses to update a row that is already archive-eligible.
@@ -1083,7 +1145,8 @@ GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.report_position(text, text, bigint, text),
     retention.consumer_status(text, text)
     TO retention_admin, retention_consumer;
-GRANT EXECUTE ON FUNCTION retention.wake(), retention.health() TO retention_admin;
+GRANT EXECUTE ON FUNCTION retention.wake(), retention.health(), retention.keep_up(interval)
+    TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), retention.claim_slice(text, int, interval, text, boolean),
     retention.claim_next(text, int, interval, text, boolean), retention.claimed_slice(uuid),
     retention.batch_manifest(uuid, boolean),

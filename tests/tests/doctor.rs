@@ -75,3 +75,50 @@ fn health_counts_rows_and_is_unhealthy_past_the_budget_or_disabled() {
     );
     assert_eq!(state, "22023");
 }
+
+/// The keep-up signal: rows that left against rows that became deletable, per hour, and the
+/// time to drain the backlog at this pace; a backlog that grows is falling behind.
+#[test]
+fn keep_up_says_when_retention_falls_behind_and_when_it_drains() {
+    let c = Cluster::start(&[]);
+    c.execute(
+        "postgres",
+        "CREATE TABLE feed (id bigserial PRIMARY KEY, at timestamptz NOT NULL)",
+    );
+    c.grant_app_and_admin("postgres");
+    let (mut app, mut admin) = c.app_and_admin("postgres");
+    let old = |app: &mut postgres::Client, n: i64| {
+        app.batch_execute(&format!(
+            "INSERT INTO feed (at) SELECT now() - interval '40 days' FROM generate_series(1, {n})"
+        ))
+        .unwrap();
+    };
+    old(&mut app, 500);
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'feed', relation => 'feed', kind => 'age',
+                    age_column => 'at', older_than => '30 days', max_rows_per_run => 100)",
+        )
+        .unwrap();
+    admin.batch_execute("CALL retention.run('feed')").unwrap();
+    old(&mut app, 300);
+    admin.batch_execute("CALL retention.run('feed')").unwrap();
+    let keep_up = |admin: &mut postgres::Client| -> String {
+        text(
+            admin,
+            "SELECT rows_left || '/' || rows_became_eligible || '/' || backlog || '/' || backlog_before || '/'
+                    || falling_behind || '/' || coalesce(drain_estimate::text, 'never')
+               FROM retention.keep_up('1 hour') WHERE policy = 'feed'",
+        )
+    };
+    // 200 left; 500 were deletable when the window's first run began, 300 became so since:
+    // the backlog grew from 500 to 600.
+    assert_eq!(keep_up(&mut admin), "200/300/600/500/true/never");
+    admin
+        .batch_execute("SELECT retention.alter_policy('feed', max_rows_per_run => 100000)")
+        .unwrap();
+    admin.batch_execute("CALL retention.run('feed')").unwrap();
+    assert_eq!(keep_up(&mut admin), "800/300/0/500/false/00:00:00");
+    let (state, _) = expect_error(&mut admin, "SELECT * FROM retention.keep_up('-1 hour')");
+    assert_eq!(state, "22023");
+}
