@@ -229,6 +229,22 @@ pub struct Options {
     /// Log format: human (default) or json.
     #[arg(long, global = true, env = "PG_RETENTION_LOG_FORMAT")]
     pub log_format: Option<String>,
+    /// Directory of the archive-lifecycle figures: `expire` and `sweep-orphans` add theirs to
+    /// `lifecycle.json` there, and `run` / `serve-metrics` serve them on /metrics (default:
+    /// none, the figures are only logged).
+    #[arg(long, global = true, env = "PG_RETENTION_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Run `run` / `once` on a store that ignores create-only writes (the start-up probe found a
+    /// second create of the same key accepted), instead of refusing with exit 7.
+    #[arg(
+        long,
+        global = true,
+        env = "PG_RETENTION_ALLOW_OVERWRITING_STORE",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub allow_overwriting_store: Option<bool>,
 }
 
 impl Options {
@@ -253,6 +269,10 @@ impl Options {
             idle_sleep: self.idle_sleep.or(other.idle_sleep),
             metrics_addr: self.metrics_addr.or(other.metrics_addr),
             log_format: self.log_format.or(other.log_format),
+            state_dir: self.state_dir.or(other.state_dir),
+            allow_overwriting_store: self
+                .allow_overwriting_store
+                .or(other.allow_overwriting_store),
         }
     }
 }
@@ -291,6 +311,27 @@ mod tests {
             assert!(arg.is_hide_env_values_set(), "{id} shows its value");
             assert!(arg.get_default_values().is_empty(), "{id} has a default");
         }
+    }
+
+    #[test]
+    fn allow_overwriting_store_is_a_flag_or_a_boolean_variable() {
+        let given = |args: &[&str]| {
+            Cli::try_parse_from(args)
+                .expect("parses")
+                .options
+                .allow_overwriting_store
+        };
+        assert_eq!(given(&["x", "run"]), None);
+        assert_eq!(
+            given(&["x", "run", "--allow-overwriting-store"]),
+            Some(true)
+        );
+        assert_eq!(
+            given(&["x", "once", "--allow-overwriting-store=false"]),
+            Some(false)
+        );
+        let file: Options = toml::from_str("allow_overwriting_store = true").unwrap();
+        assert_eq!(file.allow_overwriting_store, Some(true));
     }
 
     #[test]

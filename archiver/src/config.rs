@@ -59,6 +59,10 @@ pub struct Settings {
     pub metrics_addr: String,
     /// Emit JSON logs.
     pub json_logs: bool,
+    /// Directory of the archive-lifecycle figures (`crate::lifecycle`); none: only logged.
+    pub state_dir: Option<std::path::PathBuf>,
+    /// Run on a store that ignores create-only writes (default false: refused, exit 7).
+    pub allow_overwriting_store: bool,
 }
 
 fn duration(name: &str, value: Option<String>, default: Duration) -> Result<Duration> {
@@ -150,6 +154,8 @@ impl Settings {
                 .metrics_addr
                 .unwrap_or_else(|| DEFAULT_METRICS_ADDR.into()),
             json_logs,
+            state_dir: o.state_dir,
+            allow_overwriting_store: o.allow_overwriting_store.unwrap_or(false),
         })
     }
 
@@ -247,6 +253,8 @@ impl std::fmt::Debug for Settings {
             .field("idle_sleep", &self.idle_sleep)
             .field("metrics_addr", &self.metrics_addr)
             .field("json_logs", &self.json_logs)
+            .field("state_dir", &self.state_dir)
+            .field("allow_overwriting_store", &self.allow_overwriting_store)
             .finish()
     }
 }

@@ -21,6 +21,27 @@ pub enum Error {
     /// endpoint URL).
     #[error("object store: {}", redact(&.0.to_string()))]
     Store(#[from] object_store::Error),
+    /// An object-store operation did not finish within its bound (`crate::store`: the request
+    /// timeout on `file://` and `memory://`, request timeout plus retry budget on HTTP stores).
+    #[error("object store: {operation} did not finish within {}", humantime::format_duration(*.after))]
+    StoreTimeout {
+        /// The operation (get, head, put, list, delete).
+        operation: &'static str,
+        /// Its bound.
+        after: std::time::Duration,
+    },
+    /// The start-up probe found that the store accepts a second create-only write of the same
+    /// key: it ignores `If-None-Match: *`, so create-only cannot be trusted there.
+    #[error(
+        "the object store ignores create-only writes: a second create of the probe key {} was \
+         accepted; refusing to archive there (--allow-overwriting-store runs anyway, relying on \
+         the look before each write and the read-back verification)",
+        display(.key)
+    )]
+    StoreNotCreateOnly {
+        /// The probe key (under `_retention/probes/`).
+        key: String,
+    },
     /// An object at a batch's key holds other bytes than the batch's.
     #[error("foreign occupant at {}: {reason}", display(.key))]
     ForeignOccupant { key: String, reason: String },

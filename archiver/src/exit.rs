@@ -24,6 +24,9 @@ pub enum Exit {
     /// 6: this database's archive namespace is another database's in the store (every command,
     /// expire's steps too).
     NamespaceClaimed,
+    /// 7: the object store ignores create-only writes (the start-up probe of `run` / `once`),
+    /// and `--allow-overwriting-store` was not given.
+    StoreNotCreateOnly,
     /// 3, an expire step: refused, or not ready yet.
     ExpireRefused,
     /// 4, an expire step: some of the keys were deleted, not all.
@@ -43,6 +46,7 @@ impl Exit {
             Exit::Store | Exit::ExpirePartial => 4,
             Exit::Unsafe | Exit::ExpireFailure => 5,
             Exit::NamespaceClaimed => 6,
+            Exit::StoreNotCreateOnly => 7,
         }
     }
 
@@ -51,7 +55,8 @@ impl Exit {
         match e {
             Error::Config(_) => Exit::Invalid,
             Error::Db(_) | Error::Protocol { .. } => Exit::Database,
-            Error::Store(_) => Exit::Store,
+            Error::Store(_) | Error::StoreTimeout { .. } => Exit::Store,
+            Error::StoreNotCreateOnly { .. } => Exit::StoreNotCreateOnly,
             Error::ForeignOccupant { .. }
             | Error::Verify { .. }
             | Error::Refused { .. }
@@ -109,6 +114,14 @@ mod tests {
         assert_eq!(Exit::of_expire(&verify).code(), 5);
         assert_eq!(Exit::of_expire(&claimed).code(), 6);
         assert_eq!(Exit::ExpirePartial.code(), 4);
+        let timeout = Error::StoreTimeout {
+            operation: "get",
+            after: std::time::Duration::from_secs(30),
+        };
+        assert_eq!(Exit::of(&timeout).code(), 4);
+        assert_eq!(Exit::of_expire(&timeout).code(), 5);
+        let overwriting = Error::StoreNotCreateOnly { key: "k".into() };
+        assert_eq!(Exit::of(&overwriting).code(), 7);
         assert_eq!(Exit::Done.code(), 0);
     }
 }

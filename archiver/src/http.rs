@@ -4,11 +4,15 @@
 //! each answered within [`REQUEST_TIMEOUT`]. The database is read over a
 //! connection of its own, never the one batches use, with a statement timeout. `run` serves
 //! this beside its archiving; `serve-metrics` serves it alone, for databases without archive
-//! policies (the database's metrics, `retention.metrics()`, are the same).
+//! policies (the database's metrics, `retention.metrics()`, are the same). With a
+//! `--state-dir`, `/metrics` also renders the archive-lifecycle figures `expire` and
+//! `sweep-orphans` left there (`crate::lifecycle`). `run`'s `/readyz` also proves the store
+//! readable ([`StoreCheck`]).
 
 use crate::config::Settings;
 use crate::db::Db;
 use crate::error::{Error, Result};
+use crate::lifecycle;
 use crate::metrics::{self, DbSample, Metrics, SampleKind};
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -35,6 +39,39 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The statement timeout of the metrics connection.
 const STATEMENT_TIMEOUT: &str = "5s";
 
+/// How long `/readyz` waits for the store's answer (the store's own bound is longer: a
+/// readiness probe answers quickly or fails).
+pub const STORE_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What `/readyz` reads from the store: the namespace's claim object, a known key under the
+/// archiver's own `_retention/` prefix (one `head` request).
+pub struct StoreCheck {
+    /// The store.
+    pub store: crate::store::Store,
+    /// The claim's key.
+    pub key: String,
+    /// Set once the namespace is claimed: from then on the claim must be there.
+    pub claimed: Arc<tokio::sync::OnceCell<String>>,
+}
+
+impl StoreCheck {
+    /// Why the store is not ready (None: it is). Before the namespace is claimed (the store
+    /// was unreachable at start and nothing has been written since), any answer proves it
+    /// readable; after, the claim must be found.
+    async fn not_ready(&self) -> Option<String> {
+        match self.store.readable(&self.key, STORE_PROBE_TIMEOUT).await {
+            Ok(true) => None,
+            Ok(false) if self.claimed.initialized() => Some(format!(
+                "the object store does not hold this archiver's namespace claim ({}): it is \
+                 not the store archived to, or it was emptied",
+                crate::keys::display(&self.key)
+            )),
+            Ok(false) => None,
+            Err(e) => Some(format!("the object store is not readable: {e}")),
+        }
+    }
+}
+
 /// What the endpoints read.
 pub struct Probe {
     settings: Settings,
@@ -44,20 +81,25 @@ pub struct Probe {
     db: Mutex<Option<Db>>,
     /// Whether the process can do its work (`run`: its batch connections are open).
     live: Box<dyn Fn() -> bool + Send + Sync>,
+    /// The store `/readyz` reads (`run`; none in `serve-metrics`, which has no store).
+    store: Option<StoreCheck>,
 }
 
 impl Probe {
-    /// A probe for `settings`, with the archiver's `metrics` and its liveness check.
+    /// A probe for `settings`, with the archiver's `metrics`, its liveness check and the
+    /// store `/readyz` reads.
     pub fn new(
         settings: Settings,
         metrics: Option<Arc<Metrics>>,
         live: Box<dyn Fn() -> bool + Send + Sync>,
+        store: Option<StoreCheck>,
     ) -> Probe {
         Probe {
             settings,
             metrics,
             db: Mutex::new(None),
             live,
+            store,
         }
     }
 
@@ -90,6 +132,12 @@ async fn metrics_endpoint(State(probe): State<Arc<Probe>>) -> impl IntoResponse 
         .as_ref()
         .map(|m| m.render())
         .unwrap_or_default();
+    if let Some(dir) = &probe.settings.state_dir {
+        match lifecycle::read(dir) {
+            Ok(state) => lifecycle::render(&mut body, &state),
+            Err(e) => tracing::warn!(error = %e, "cannot read the archive lifecycle figures"),
+        }
+    }
     let samples = probe
         .with_db(|db| Box::pin(db.metrics()))
         .await
@@ -123,8 +171,15 @@ async fn healthz(State(probe): State<Arc<Probe>>) -> impl IntoResponse {
 
 async fn readyz(State(probe): State<Arc<Probe>>) -> impl IntoResponse {
     let ready = probe.with_db(|db| Box::pin(db.ping())).await;
+    let store = match &probe.store {
+        Some(check) => check.not_ready().await,
+        None => None,
+    };
     match ready {
-        Ok(()) if (probe.live)() => (StatusCode::OK, "ready\n".to_owned()),
+        Ok(()) if (probe.live)() => match store {
+            None => (StatusCode::OK, "ready\n".to_owned()),
+            Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),
+        },
         Ok(()) => (
             StatusCode::SERVICE_UNAVAILABLE,
             "a database connection of the archiver is lost\n".to_owned(),
@@ -251,6 +306,6 @@ pub async fn serve(
 /// `serve-metrics`: the endpoints alone, until SIGTERM or SIGINT.
 pub async fn serve_metrics(settings: Settings, shutdown: CancellationToken) -> Result<()> {
     let listener = bind(&settings).await?;
-    let probe = Arc::new(Probe::new(settings, None, Box::new(|| true)));
+    let probe = Arc::new(Probe::new(settings, None, Box::new(|| true), None));
     serve(listener, probe, shutdown).await
 }

@@ -16,6 +16,7 @@ mod expire;
 mod fault;
 mod http;
 mod keys;
+mod lifecycle;
 mod metrics;
 mod namespace;
 mod ops;
@@ -27,6 +28,7 @@ mod runner;
 mod store;
 mod supersede;
 mod tls;
+mod trust;
 mod verify;
 
 use clap::Parser;
@@ -117,6 +119,9 @@ async fn expire_step(
     actor: &str,
     step: cli::ExpireStep,
 ) -> Exit {
+    // `status` only reads: it has no figures.
+    let counted = !matches!(step, cli::ExpireStep::Status { .. });
+    let mut tally = lifecycle::Tally::default();
     let result = async {
         let active = humantime::parse_duration(&bounds.max_active_time).map_err(|e| {
             Error::Config(format!(
@@ -137,7 +142,9 @@ async fn expire_step(
             max_active_seconds: active.as_secs(),
         };
         match step {
-            cli::ExpireStep::Plan { output } => expire::plan(settings, bounds, &output).await,
+            cli::ExpireStep::Plan { output } => {
+                expire::plan(settings, bounds, &output, &mut tally).await
+            }
             cli::ExpireStep::Prepare {
                 plan,
                 plan_sha256,
@@ -150,13 +157,19 @@ async fn expire_step(
             cli::ExpireStep::Apply {
                 operation_id,
                 plan_sha256,
-            } => expire::apply(settings, &operation_id, &plan_sha256, actor).await,
+            } => expire::apply(settings, &operation_id, &plan_sha256, actor, &mut tally).await,
             cli::ExpireStep::Status { operation_id } => {
                 expire::status(settings, &operation_id).await
             }
         }
     }
     .await;
+    if let Err(e) = &result {
+        tally.ended(e);
+    }
+    if counted {
+        lifecycle::record(settings, lifecycle::Command::Expire, &tally);
+    }
     match result {
         Ok(exit) => exit,
         Err(e) => expire::failed(&e),

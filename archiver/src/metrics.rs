@@ -140,6 +140,9 @@ pub struct Metrics {
     pub stage_seconds: Family<StageLabels, Histogram>,
     /// Supersessions finished, by outcome.
     pub supersessions: Family<SupersededLabels, Counter>,
+    /// 1 when the start-up probe found the store refusing a second create of one key, 0 when
+    /// it accepted it (the store overwrites), -1 until the probe has answered.
+    pub store_create_only: Gauge,
 }
 
 /// Buckets from 5 ms to ~41 s.
@@ -162,8 +165,10 @@ impl Default for Metrics {
             last_success: Family::default(),
             stage_seconds: Family::new_with_constructor(stage_histogram),
             supersessions: Family::default(),
+            store_create_only: Gauge::default(),
             registry: Registry::default(),
         };
+        m.store_create_only.set(-1);
         registry.register(
             "batches",
             "Batches handled, by policy and outcome (archived, refused, released, failed)",
@@ -218,6 +223,11 @@ impl Default for Metrics {
             "supersessions",
             "Erasure supersessions finished, by outcome (rewritten, unaffected)",
             m.supersessions.clone(),
+        );
+        registry.register(
+            "store_create_only",
+            "1 when the store refused a second create-only write of the start-up probe's key, 0 when it accepted it, -1 before the probe answered",
+            m.store_create_only.clone(),
         );
         registry.register(
             "build",

@@ -14,6 +14,7 @@ use crate::db::Db;
 use crate::error::Result;
 use crate::expire::MAX_KEYS_PER_REQUEST;
 use crate::keys::{canonical, display, in_namespace, manifest_for, slice_for};
+use crate::lifecycle::{self, Command, Reason, Tally};
 use crate::store::Store;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -80,8 +81,24 @@ fn unreferenced(
         .collect()
 }
 
-/// Reports (and with `apply`, deletes and ledgers) the unreferenced objects older than `age`.
+/// Reports (and with `apply`, deletes and ledgers) the unreferenced objects older than `age`;
+/// its figures go to `crate::lifecycle` whatever the outcome.
 pub async fn sweep(settings: &Settings, age: Duration, apply: bool) -> Result<()> {
+    let mut tally = Tally::default();
+    let result = sweep_counted(settings, age, apply, &mut tally).await;
+    if let Err(e) = &result {
+        tally.ended(e);
+    }
+    lifecycle::record(settings, Command::SweepOrphans, &tally);
+    result
+}
+
+async fn sweep_counted(
+    settings: &Settings,
+    age: Duration,
+    apply: bool,
+    tally: &mut Tally,
+) -> Result<()> {
     let db = Db::connect(settings).await?;
     let store = Store::open(settings)?;
     let ns = crate::namespace::own(&db, &store).await?;
@@ -96,6 +113,8 @@ pub async fn sweep(settings: &Settings, age: Duration, apply: bool) -> Result<()
         println!("orphan\t{}\t{size}", display(key));
     }
     let bytes: u64 = listed.iter().map(|(_, s)| s).sum();
+    tally.planned_objects = listed.len() as u64;
+    tally.planned_bytes = bytes;
     if !apply {
         println!(
             "{} unreferenced objects ({bytes} bytes) older than {}; dry run, nothing deleted (--apply deletes them)",
@@ -107,17 +126,28 @@ pub async fn sweep(settings: &Settings, age: Duration, apply: bool) -> Result<()
     // Just before deleting: what the catalog references now (a batch claimed, or an archive
     // recorded, since the listing keeps its objects).
     let refs = References::read(&db).await?;
-    let doomed: Vec<(String, u64)> = listed
+    let (doomed, kept): (Vec<_>, Vec<_>) = listed
         .into_iter()
-        .filter(|(key, _)| !refs.holds(key))
-        .collect();
+        .partition(|(key, _): &(String, u64)| !refs.holds(key));
+    for _ in &kept {
+        tally.refuse(Reason::Referenced);
+    }
     let keys: Vec<String> = doomed.iter().map(|(k, _)| k.clone()).collect();
     let bytes: u64 = doomed.iter().map(|(_, s)| s).sum();
-    for chunk in keys.chunks(MAX_KEYS_PER_REQUEST) {
-        store.delete(chunk).await?;
+    for (chunk, sized) in keys
+        .chunks(MAX_KEYS_PER_REQUEST)
+        .zip(doomed.chunks(MAX_KEYS_PER_REQUEST))
+    {
+        if let Err(e) = store.delete(chunk).await {
+            tally.partial = true;
+            return Err(e);
+        }
+        tally.deleted_objects += chunk.len() as u64;
+        tally.deleted_bytes += sized.iter().map(|(_, s)| s).sum::<u64>();
     }
     db.ledger_orphan_objects(&keys, bytes, &settings.owner)
         .await?;
+    tally.succeeded = true;
     println!(
         "deleted {} unreferenced objects ({bytes} bytes)",
         keys.len()

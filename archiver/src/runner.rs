@@ -26,29 +26,30 @@ async fn context(settings: Settings) -> Result<Context> {
     let store = Store::open(&settings)?;
     let db = Arc::new(Db::connect(&settings).await?);
     let prune_db = Arc::new(Db::connect(&settings).await?);
-    // Claimed at once: another database's namespace is refused before anything is claimed. A
-    // store that cannot be reached now is tried again before the first write
-    // (`pipeline::write`), where failing releases the batch as any failed write does.
     let namespace = crate::namespace::read(&db).await?;
-    let claimed = tokio::sync::OnceCell::new();
-    match crate::namespace::claim(&store, &namespace).await {
-        Ok(ns) => {
-            let _ = claimed.set(ns);
-        }
-        Err(e @ Error::NamespaceClaimed { .. }) => return Err(e),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot claim the archive namespace yet; trying again before the first write")
-        }
-    }
-    Ok(Context {
+    let ctx = Context {
         settings,
         db,
         prune_db,
         store,
         namespace,
-        claimed,
+        claimed: Arc::default(),
         metrics: Arc::new(Metrics::default()),
-    })
+    };
+    // At once: a store that ignores create-only writes, or another database's namespace, is
+    // refused before anything is claimed. A store that cannot be reached now is tried again
+    // before the first write (`pipeline::write`), where failing releases the batch as any
+    // failed write does.
+    match crate::trust::prepare(&ctx).await {
+        Ok(_) => {}
+        Err(e @ (Error::NamespaceClaimed { .. } | Error::StoreNotCreateOnly { .. })) => {
+            return Err(e)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot probe the store or claim the archive namespace yet; trying again before the first write")
+        }
+    }
+    Ok(ctx)
 }
 
 async fn policies(ctx: &Context) -> Result<Vec<String>> {
@@ -216,7 +217,17 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         let (db, prune_db) = (Arc::clone(&ctx.db), Arc::clone(&ctx.prune_db));
         Box::new(move || !db.is_closed() && !prune_db.is_closed())
     };
-    let probe = crate::http::Probe::new(ctx.settings.clone(), Some(Arc::clone(&ctx.metrics)), live);
+    let store = crate::http::StoreCheck {
+        store: ctx.store.clone(),
+        key: crate::namespace::claim_key(&ctx.namespace.namespace),
+        claimed: Arc::clone(&ctx.claimed),
+    };
+    let probe = crate::http::Probe::new(
+        ctx.settings.clone(),
+        Some(Arc::clone(&ctx.metrics)),
+        live,
+        Some(store),
+    );
     let server = tokio::spawn(crate::http::serve(
         listener,
         Arc::new(probe),
@@ -225,7 +236,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
     let mut failures = 0u32;
     let mut flight = Flight::default();
     while !shutdown.is_cancelled() {
-        let p = pass(&ctx, &mut flight, |_| !shutdown.is_cancelled(), false).await;
+        let mut p = pass(&ctx, &mut flight, |_| !shutdown.is_cancelled(), false).await;
         let progressed = p.progressed;
         let mut failed = p.listing.is_some() || !p.failures.is_empty();
         if let Some(e) = &p.listing {
@@ -233,6 +244,16 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> Result<()> 
         }
         for e in &p.failures {
             retried(&ctx, e);
+        }
+        // Found only now (the store was unreachable at start): not a batch to retry.
+        if let Some(i) = p
+            .failures
+            .iter()
+            .position(|e| matches!(e, Error::StoreNotCreateOnly { .. }))
+        {
+            let _ = drain(&ctx, &mut flight, Unwritten::Release).await;
+            server.abort();
+            return Err(p.failures.swap_remove(i));
         }
         // Nothing is left half done while we wait: the batches in flight are pruned now.
         if !progressed || failed || shutdown.is_cancelled() {

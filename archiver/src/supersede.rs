@@ -145,6 +145,8 @@ async fn one(ctx: &Context, s: &Open) -> Result<Superseded> {
         digest: blake3,
         bytes,
     };
+    // A store not probed yet (unreachable at start) is probed before this first write.
+    crate::trust::prepare(ctx).await?;
     put_create(&ctx.store, &objects, Some("supersede-after-slice")).await?;
     fault::point("supersede-after-write");
     read_back(&ctx.store, &objects).await?;

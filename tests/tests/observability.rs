@@ -696,7 +696,8 @@ scrape_configs:
             "pg_retention_archiver_stage_seconds" => format!("{f}_count"),
             "pg_retention_archiver_build" => format!("{f}_info"),
             "pg_retention_archiver_last_success_timestamp_seconds"
-            | "pg_retention_archiver_database_reachable" => f.clone(),
+            | "pg_retention_archiver_database_reachable"
+            | "pg_retention_archiver_store_create_only" => f.clone(),
             _ => format!("{f}_total"),
         };
         if !wait_for(30, || has(&format!("{series}{{job=\"archiver\"}} > 0"))) {

@@ -10,6 +10,7 @@ use crate::config::Settings;
 use crate::db::{Db, ExpireOutcome, Prepare, Sqlstate};
 use crate::error::{Error, Result};
 use crate::exit::Exit;
+use crate::lifecycle::{Reason, Tally};
 use crate::store::Store;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -119,15 +120,15 @@ async fn plan_from_tombstone(store: &Store, key: &str, sha256: &str) -> Result<P
         .map_err(|e| Error::Refusal(format!("tombstone {key}: {e}")))
 }
 
-/// Why the state now differs from the plan (None: it does not). `deleted` are the keys earlier
-/// applies of this operation deleted: they must be gone, every other planned object unchanged,
-/// and no other object named after a planned batch.
+/// Why the state now differs from the plan (None: it does not): the reason, its text and the
+/// holds. `deleted` are the keys earlier applies of this operation deleted: they must be gone,
+/// every other planned object unchanged, and no other object named after a planned batch.
 async fn changed(
     db: &Db,
     store: &Store,
     plan: &Plan,
     deleted: &BTreeSet<String>,
-) -> Result<Option<(String, Vec<i64>)>> {
+) -> Result<Option<(Reason, String, Vec<i64>)>> {
     let now: BTreeSet<i64> = db
         .expiry_candidates()
         .await?
@@ -141,6 +142,7 @@ async fn changed(
         .collect();
     if !gone.is_empty() {
         return Ok(Some((
+            Reason::NoLongerDue,
             format!("archives {gone:?} are no longer past their policy's archive_keep"),
             vec![],
         )));
@@ -161,6 +163,7 @@ async fn changed(
         }
         if inventory_digest(&expected) != inventory_digest(&found) {
             return Ok(Some((
+                Reason::InventoryChanged,
                 format!(
                     "the inventory of policy {} changed since the plan",
                     p.policy
@@ -177,6 +180,7 @@ async fn changed(
         let holds = holds_over(db, store, a.archive_id, &a.slice_key).await?;
         if !holds.is_empty() {
             return Ok(Some((
+                Reason::Held,
                 format!("archive {} is held by holds {holds:?}", a.archive_id),
                 holds,
             )));
@@ -185,12 +189,14 @@ async fn changed(
     Ok(None)
 }
 
-/// `expire apply --operation-id ID --plan-sha256 S`.
+/// `expire apply --operation-id ID --plan-sha256 S`; `tally` counts its refusal, the keys
+/// and bytes it deleted, a partial end or a completion.
 pub async fn apply(
     settings: &Settings,
     operation_id: &str,
     sha256: &str,
     actor: &str,
+    tally: &mut Tally,
 ) -> Result<Exit> {
     let started = Instant::now();
     let db = Db::connect(settings).await?;
@@ -219,17 +225,26 @@ pub async fn apply(
             actor,
         )
         .await?;
+        tally.refuse_run(Reason::NotReady);
         println!("not_ready: quiescence lasts until {}", st.ready_at);
         return Ok(Exit::ExpireRefused);
     }
-    let plan = plan_from_tombstone(&store, &st.tombstone, &st.plan_sha256).await?;
+    let plan = plan_from_tombstone(&store, &st.tombstone, &st.plan_sha256)
+        .await
+        .inspect_err(|e| {
+            if matches!(e, Error::Refusal(_)) {
+                tally.refuse_run(Reason::Tombstone);
+            }
+        })?;
     if plan.archive_ids() != st.archives {
+        tally.refuse_run(Reason::Tombstone);
         return Err(Error::Refusal(
             "the tombstone's plan and the ledger name other archives".into(),
         ));
     }
     let deleted_before: BTreeSet<String> = st.deleted_keys.iter().cloned().collect();
-    if let Some((reason, holds)) = changed(&db, &store, &plan, &deleted_before).await? {
+    if let Some((why, reason, holds)) = changed(&db, &store, &plan, &deleted_before).await? {
+        tally.refuse_run(why);
         db.expire_record(
             operation_id,
             ExpireOutcome::Refused,
@@ -286,6 +301,17 @@ pub async fn apply(
             ));
         }
     }
+    let sizes: std::collections::BTreeMap<&str, u64> = plan
+        .archives()
+        .flat_map(|a| a.objects.iter().map(|o| (o.key.as_str(), o.size)))
+        .collect();
+    let mut count_deleted = |keys: &[String]| {
+        tally.deleted_objects += keys.len() as u64;
+        tally.deleted_bytes += keys
+            .iter()
+            .map(|k| sizes.get(k.as_str()).copied().unwrap_or_default())
+            .sum::<u64>();
+    };
     let detail = serde_json::json!({
         "archives": plan.archive_ids(),
         "deleted": deleted.len(),
@@ -312,6 +338,8 @@ pub async fn apply(
                     let reason = e
                         .as_db_error()
                         .map_or_else(|| e.to_string(), |d| d.message().to_owned());
+                    count_deleted(&deleted);
+                    tally.refuse_run(Reason::Superseded);
                     let mut detail = detail;
                     detail["reason"] = serde_json::Value::String(reason.clone());
                     db.expire_record(
@@ -327,6 +355,8 @@ pub async fn apply(
                 }
                 other => other?,
             }
+            count_deleted(&deleted);
+            tally.succeeded = true;
             println!(
                 "completed: {} archives expired, {} keys deleted",
                 plan.archive_ids().len(),
@@ -336,6 +366,8 @@ pub async fn apply(
         }
         Some(reason) => {
             let done: Vec<String> = deleted.into_iter().filter(|k| !left.contains(k)).collect();
+            count_deleted(&done);
+            tally.partial = true;
             db.expire_record(operation_id, ExpireOutcome::Partial, &done, &detail, actor)
                 .await?;
             println!("partial: {} keys deleted; {reason}", done.len());

@@ -8,6 +8,7 @@ use crate::db::{Db, Sqlstate};
 use crate::error::{Error, Result};
 use crate::exit::Exit;
 use crate::keys::{is_product_name, manifest_for};
+use crate::lifecycle::{Reason, Tally};
 use crate::store::Store;
 use pg_retention_format::Manifest;
 use serde::{Deserialize, Serialize};
@@ -172,7 +173,7 @@ pub(super) async fn inventory(
 
 /// Builds the plan: per policy, the archives past its keep that no hold covers, within the
 /// bounds. Reads only.
-async fn build_plan(settings: &Settings, bounds: Bounds) -> Result<Plan> {
+async fn build_plan(settings: &Settings, bounds: Bounds, tally: &mut Tally) -> Result<Plan> {
     let db = Db::connect(settings).await?;
     let store = Store::open(settings)?;
     // Refuses (exit 6) when this database's namespace is another database's in the store.
@@ -193,16 +194,19 @@ async fn build_plan(settings: &Settings, bounds: Bounds) -> Result<Plan> {
         };
         match holds_over(&db, &store, c.archive_id, &c.object_key).await {
             Ok(holds) if !holds.is_empty() => {
+                tally.refuse(Reason::Held);
                 refused.push(refuse(holds, "held".into()));
                 continue;
             }
             Ok(_) => {}
             // A slice that cannot be read or checked is not expired on a guess.
-            Err(e @ (Error::Store(_) | Error::Json(_))) => {
+            Err(e @ (Error::Store(_) | Error::StoreTimeout { .. } | Error::Json(_))) => {
+                tally.refuse(Reason::Unreadable);
                 refused.push(refuse(vec![], format!("unreadable: {e}")));
                 continue;
             }
             Err(e) if Sqlstate::of_error(&e) == Some(Sqlstate::ArchiveMismatch) => {
+                tally.refuse(Reason::Unreadable);
                 refused.push(refuse(
                     vec![],
                     "the slice in the store is not the archived one".into(),
@@ -263,9 +267,15 @@ async fn build_plan(settings: &Settings, bounds: Bounds) -> Result<Plan> {
 }
 
 /// `expire plan --output F`: writes the plan (mode 0600, never over an existing file) and
-/// prints its SHA-256 as the last line.
-pub async fn plan(settings: &Settings, bounds: Bounds, output: &Path) -> Result<Exit> {
-    let plan = build_plan(settings, bounds).await?;
+/// prints its SHA-256 as the last line. `tally` counts its refusals and, once the file is
+/// written, the objects and bytes planned.
+pub async fn plan(
+    settings: &Settings,
+    bounds: Bounds,
+    output: &Path,
+    tally: &mut Tally,
+) -> Result<Exit> {
+    let plan = build_plan(settings, bounds, tally).await?;
     let mut bytes = serde_json::to_vec_pretty(&plan)?;
     bytes.push(b'\n');
     let mut file = std::fs::OpenOptions::new()
@@ -276,6 +286,8 @@ pub async fn plan(settings: &Settings, bounds: Bounds, output: &Path) -> Result<
         .map_err(|e| Error::Config(format!("cannot create {}: {e}", output.display())))?;
     file.write_all(&bytes)?;
     file.sync_all()?;
+    tally.planned_objects = plan.keys().len() as u64;
+    tally.planned_bytes = plan.bytes();
     let archives: u64 = plan.policies.iter().map(|p| p.count).sum();
     println!(
         "planned {archives} archives ({} objects, {} bytes), refused {}, deferred {}",

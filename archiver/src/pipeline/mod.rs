@@ -47,8 +47,9 @@ pub struct Context {
     /// This database's archive namespace (`crate::namespace`), claimed in the store before the
     /// first write ([`Context::claimed`]).
     pub namespace: crate::namespace::Claim,
-    /// The namespace once claimed.
-    pub claimed: tokio::sync::OnceCell<String>,
+    /// The namespace once the store is trusted and the namespace claimed (`crate::trust`);
+    /// shared with `/readyz`, which then expects the claim in the store.
+    pub claimed: Arc<tokio::sync::OnceCell<String>>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
 }
@@ -128,10 +129,7 @@ pub async fn claim(ctx: &Context, policy: &str, resume: bool) -> Result<Option<C
 /// Writes a claimed batch's slice and manifest create-only and reads them back (no database,
 /// unless it fails: then the batch is released on the claim connection).
 pub async fn write(ctx: &Context, c: Claimed) -> Result<Verified> {
-    let claimed = ctx
-        .claimed
-        .get_or_try_init(|| crate::namespace::claim(&ctx.store, &ctx.namespace))
-        .await;
+    let claimed = crate::trust::prepare(ctx).await;
     let written = match claimed {
         Ok(ns) => write_checked(&ctx.store, ns, &c.policy, &c.batch, c.slice, c.manifest).await,
         Err(e) => Err(e),

@@ -1,22 +1,30 @@
 //! The object store: built from a URL with explicit timeouts and a bounded retry budget
-//! ([`open`]), and the create-only write that tells a retried write of ours from a foreign
-//! occupant.
+//! ([`open`]), every operation bounded (`timed`), the create-only write
+//! that tells a retried write of ours from a foreign occupant, and the probes of what the store
+//! does (`probe`: create-only honoured, readable).
 
 use crate::error::{Error, Result};
 use crate::keys::{key_of, path_of};
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use std::sync::Arc;
+use std::time::Duration;
 
 mod open;
+mod probe;
+mod timed;
+
+pub use probe::CreateOnly;
 
 /// An object store plus the key prefix every object of ours lives under.
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<dyn ObjectStore>,
     prefix: String,
+    /// How long one operation may take, retries included (`timed::bound`).
+    bound: Duration,
 }
 
 /// What a create-only write found.
@@ -67,11 +75,10 @@ impl Store {
             mode: PutMode::Create,
             ..Default::default()
         };
-        match self
+        let put = self
             .inner
-            .put_opts(&path, PutPayload::from(bytes.clone()), opts)
-            .await
-        {
+            .put_opts(&path, PutPayload::from(bytes.clone()), opts);
+        match self.timed("put", put).await? {
             Ok(_) => Ok(Written::Created),
             Err(object_store::Error::AlreadyExists { .. }) => {
                 self.compare_occupant(key, &bytes).await
@@ -103,20 +110,23 @@ impl Store {
 
     /// Overwrites `key` (fault injection only: production writes are create-only).
     pub async fn overwrite(&self, key: &str, bytes: Bytes) -> Result<()> {
-        self.inner
-            .put(&self.path(key), PutPayload::from(bytes))
-            .await?;
+        let path = self.path(key);
+        let put = self.inner.put(&path, PutPayload::from(bytes));
+        self.timed("put", put).await??;
         Ok(())
     }
 
     /// Reads a whole object.
     pub async fn get(&self, key: &str) -> Result<Bytes> {
-        Ok(self.inner.get(&self.path(key)).await?.bytes().await?)
+        let path = self.path(key);
+        let get = async { self.inner.get(&path).await?.bytes().await };
+        Ok(self.timed("get", get).await??)
     }
 
     /// Whether an object exists.
     pub async fn exists(&self, key: &str) -> Result<bool> {
-        match self.inner.head(&self.path(key)).await {
+        let path = self.path(key);
+        match self.timed("head", self.inner.head(&path)).await? {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(e.into()),
@@ -127,7 +137,9 @@ impl Store {
     /// sorted by key: an archive's inventory is every object named after its batch.
     pub async fn objects_beside(&self, key: &str, name_prefix: &str) -> Result<Vec<(String, u64)>> {
         let dir = self.path(key.rsplit_once('/').map_or("", |(dir, _)| dir));
-        let listing = self.inner.list_with_delimiter(Some(&dir)).await?;
+        let listing = self
+            .timed("list", self.inner.list_with_delimiter(Some(&dir)))
+            .await??;
         let mut found: Vec<(String, u64)> = listing
             .objects
             .iter()
@@ -150,7 +162,7 @@ impl Store {
         let mut results = self
             .inner
             .delete_stream(futures::stream::iter(paths).boxed());
-        while let Some(result) = futures::StreamExt::next(&mut results).await {
+        while let Some(result) = self.next_of("delete", &mut results).await? {
             match result {
                 Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
                 Err(e) => return Err(e.into()),
@@ -170,14 +182,11 @@ impl Store {
             dir => Some(self.path(dir)),
         };
         let mut found: Vec<(String, u64, chrono::DateTime<chrono::Utc>)> = self
-            .inner
-            .list(root.as_ref())
-            .try_filter_map(|m| {
-                let key = self.key(&m.location);
-                futures::future::ready(Ok(key.map(|k| (k, m.size, m.last_modified))))
-            })
-            .try_collect()
-            .await?;
+            .listed(root.as_ref())
+            .await?
+            .into_iter()
+            .filter_map(|m| Some((self.key(&m.location)?, m.size, m.last_modified)))
+            .collect();
         found.sort();
         Ok(found)
     }
@@ -185,23 +194,21 @@ impl Store {
     /// Every manifest key under the prefix, sorted.
     pub async fn manifests(&self) -> Result<Vec<String>> {
         let mut keys: Vec<String> = self
-            .inner
-            .list(self.list_root().as_ref())
-            .try_filter_map(|m| {
-                let key = self
-                    .key(&m.location)
-                    .filter(|k| k.ends_with(".manifest.json"));
-                futures::future::ready(Ok(key))
+            .listed(self.list_root().as_ref())
+            .await?
+            .into_iter()
+            .filter_map(|m| {
+                self.key(&m.location)
+                    .filter(|k| k.ends_with(".manifest.json"))
             })
-            .try_collect()
-            .await?;
+            .collect();
         keys.sort();
         Ok(keys)
     }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cli::Options;
     use crate::config::Settings;
@@ -219,6 +226,8 @@ mod tests {
         /// `head` misses every object: what the archiver sees when another writer puts an
         /// object between its look and its write.
         HeadMisses,
+        /// Reads and listings never answer (a hung mount).
+        Hangs,
     }
 
     /// An in-memory store with one misbehaviour.
@@ -256,6 +265,9 @@ mod tests {
             location: &Path,
             options: GetOptions,
         ) -> object_store::Result<GetResult> {
+            if let Misbehaviour::Hangs = self.1 {
+                return std::future::pending().await;
+            }
             if let (Misbehaviour::HeadMisses, true) = (self.1, options.head) {
                 return Err(object_store::Error::NotFound {
                     path: location.to_string(),
@@ -271,7 +283,10 @@ mod tests {
             &self,
             prefix: Option<&Path>,
         ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-            self.0.list(prefix)
+            match self.1 {
+                Misbehaviour::Hangs => futures::stream::pending().boxed(),
+                _ => self.0.list(prefix),
+            }
         }
         async fn list_with_delimiter(
             &self,
@@ -285,7 +300,7 @@ mod tests {
         async fn copy_if_not_exists(&self, from: &Path, to: &Path) -> object_store::Result<()> {
             match self.1 {
                 Misbehaviour::IgnoresCreateOnly => self.0.copy(from, to).await,
-                Misbehaviour::HeadMisses => self.0.copy_if_not_exists(from, to).await,
+                _ => self.0.copy_if_not_exists(from, to).await,
             }
         }
     }
@@ -294,6 +309,7 @@ mod tests {
         Store {
             inner: Arc::new(Misbehaving(object_store::memory::InMemory::new(), how)),
             prefix: prefix.into(),
+            bound: Duration::from_millis(200),
         }
     }
 
@@ -338,6 +354,41 @@ mod tests {
                 .unwrap(),
             Written::Created
         );
+    }
+
+    #[tokio::test]
+    async fn the_create_only_probe_tells_a_store_that_overwrites_and_leaves_nothing_behind() {
+        assert_eq!(
+            memory().probe_create_only().await.unwrap(),
+            CreateOnly::Honoured
+        );
+        let s = misbehaving(Misbehaviour::IgnoresCreateOnly, "pfx");
+        let found = s.probe_create_only().await.unwrap();
+        assert!(
+            matches!(&found, CreateOnly::Ignored { key } if key.starts_with("_retention/probes/")),
+            "{found:?}"
+        );
+        let left = s.listed(None).await.unwrap();
+        assert!(left.is_empty(), "the probe object is deleted: {left:?}");
+    }
+
+    #[tokio::test]
+    async fn an_operation_that_never_answers_is_a_timeout_within_the_bound() {
+        let s = misbehaving(Misbehaviour::Hangs, "pfx");
+        let started = std::time::Instant::now();
+        for e in [
+            s.exists("a/b.slice").await.unwrap_err(),
+            s.get("a/b.slice").await.unwrap_err(),
+            s.objects("").await.unwrap_err(),
+            s.manifests().await.unwrap_err(),
+            s.readable("a/b.slice", Duration::from_millis(50))
+                .await
+                .unwrap_err(),
+        ] {
+            assert!(matches!(e, Error::StoreTimeout { .. }), "{e}");
+            assert_eq!(crate::exit::Exit::of(&e).code(), 4);
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     /// A key of a table named `we"ird<TAB>tab<LF>name%2F/x` is written, listed, compared with
@@ -428,7 +479,13 @@ mod tests {
             .collect()
     }
 
-    fn memory() -> Store {
+    /// An in-memory store that ignores create-only writes (for the probe's callers' tests).
+    pub(crate) fn overwriting() -> Store {
+        misbehaving(Misbehaviour::IgnoresCreateOnly, "pfx")
+    }
+
+    /// An in-memory store under prefix `pfx`.
+    pub(crate) fn memory() -> Store {
         let o = Options {
             store: Some("memory://pfx".into()),
             ..Default::default()

@@ -176,7 +176,11 @@ impl Store {
             }
             other => return Err(Error::Config(format!("unknown store scheme {other:?}"))),
         };
-        Ok(Store { inner, prefix })
+        Ok(Store {
+            inner,
+            prefix,
+            bound: super::timed::bound(scheme, settings),
+        })
     }
 }
 
