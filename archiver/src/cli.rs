@@ -195,6 +195,18 @@ pub struct Options {
         hide_env_values = true
     )]
     pub s3_secret_access_key: Option<String>,
+    /// Server-side encryption of every object written to an s3:// store: aes256 (SSE-S3, the
+    /// store's keys) or aws:kms (SSE-KMS). Refused with other stores.
+    #[arg(long, global = true, env = "PG_RETENTION_S3_SSE", value_name = "MODE")]
+    pub s3_sse: Option<String>,
+    /// The KMS key (id, alias or ARN) of --s3-sse aws:kms (default: the account's key for S3).
+    #[arg(
+        long,
+        global = true,
+        env = "PG_RETENTION_S3_SSE_KMS_KEY_ID",
+        value_name = "ID"
+    )]
+    pub s3_sse_kms_key_id: Option<String>,
     /// Per-request timeout of the object store (default 30s).
     #[arg(long, global = true, env = "PG_RETENTION_REQUEST_TIMEOUT")]
     pub request_timeout: Option<String>,
@@ -258,6 +270,8 @@ impl Options {
             s3_region: self.s3_region.or(other.s3_region),
             s3_access_key_id: self.s3_access_key_id.or(other.s3_access_key_id),
             s3_secret_access_key: self.s3_secret_access_key.or(other.s3_secret_access_key),
+            s3_sse: self.s3_sse.or(other.s3_sse),
+            s3_sse_kms_key_id: self.s3_sse_kms_key_id.or(other.s3_sse_kms_key_id),
             request_timeout: self.request_timeout.or(other.request_timeout),
             connect_timeout: self.connect_timeout.or(other.connect_timeout),
             max_retries: self.max_retries.or(other.max_retries),
@@ -332,6 +346,44 @@ mod tests {
         );
         let file: Options = toml::from_str("allow_overwriting_store = true").unwrap();
         assert_eq!(file.allow_overwriting_store, Some(true));
+    }
+
+    #[test]
+    fn server_side_encryption_is_a_flag_a_variable_or_a_file_key() {
+        let given = |args: &[&str]| {
+            let o = Cli::try_parse_from(args).expect("parses").options;
+            (o.s3_sse, o.s3_sse_kms_key_id)
+        };
+        assert_eq!(given(&["x", "run"]), (None, None));
+        assert_eq!(
+            given(&["x", "once", "--s3-sse", "aes256"]),
+            (Some("aes256".into()), None)
+        );
+        assert_eq!(
+            given(&[
+                "x",
+                "--s3-sse=aws:kms",
+                "--s3-sse-kms-key-id",
+                "alias/a",
+                "ls"
+            ]),
+            (Some("aws:kms".into()), Some("alias/a".into()))
+        );
+        let file: Options =
+            toml::from_str("s3_sse = \"aws:kms\"\ns3_sse_kms_key_id = \"k-1\"").unwrap();
+        assert_eq!(file.s3_sse.as_deref(), Some("aws:kms"));
+        assert_eq!(file.s3_sse_kms_key_id.as_deref(), Some("k-1"));
+        let command = Cli::command();
+        for (id, env) in [
+            ("s3_sse", "PG_RETENTION_S3_SSE"),
+            ("s3_sse_kms_key_id", "PG_RETENTION_S3_SSE_KMS_KEY_ID"),
+        ] {
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_id() == id)
+                .unwrap_or_else(|| panic!("no argument {id}"));
+            assert_eq!(arg.get_env().and_then(|e| e.to_str()), Some(env));
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use crate::cli::Options;
 use crate::error::{Error, Result};
 use crate::redact::redact;
+use crate::sse::ServerSideEncryption;
 use std::time::Duration;
 
 /// Default object-store request timeout.
@@ -37,6 +38,9 @@ pub struct Settings {
     pub s3_region: String,
     /// S3 credentials (access key id, secret).
     pub s3_credentials: Option<(String, String)>,
+    /// Server-side encryption asked of an S3 store (`crate::sse`); none: the store's default
+    /// (or object_store's own `AWS_SERVER_SIDE_ENCRYPTION`).
+    pub s3_sse: Option<ServerSideEncryption>,
     /// Per-request timeout.
     pub request_timeout: Duration,
     /// Connect timeout.
@@ -113,6 +117,12 @@ impl Settings {
                 )))
             }
         };
+        let store = o.store.unwrap_or_else(|| DEFAULT_STORE.into());
+        let s3_sse = ServerSideEncryption::resolve(
+            o.s3_sse.as_deref(),
+            o.s3_sse_kms_key_id.as_deref(),
+            &store,
+        )?;
         let batch_rows = o.batch_rows.unwrap_or(DEFAULT_BATCH_ROWS);
         if batch_rows < 1 {
             return Err(Error::Config(format!(
@@ -121,10 +131,11 @@ impl Settings {
         }
         Ok(Settings {
             database_url,
-            store: o.store.unwrap_or_else(|| DEFAULT_STORE.into()),
+            store,
             s3_endpoint: o.s3_endpoint,
             s3_region: o.s3_region.unwrap_or_else(|| "us-east-1".into()),
             s3_credentials,
+            s3_sse,
             request_timeout: duration(
                 "request_timeout",
                 o.request_timeout,
@@ -242,6 +253,7 @@ impl std::fmt::Debug for Settings {
                 "s3_credentials",
                 &self.s3_credentials.as_ref().map(|_| "***"),
             )
+            .field("s3_sse", &self.s3_sse)
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("max_retries", &self.max_retries)
@@ -301,6 +313,52 @@ mod tests {
             "no database given"
         );
         assert!(toml::from_str::<Options>("no_such_option = 1").is_err());
+    }
+
+    #[test]
+    fn server_side_encryption_is_resolved_for_s3_and_refused_elsewhere() {
+        use crate::sse::SseError;
+        let with = |store: Option<&str>, mode: Option<&str>, key: Option<&str>| {
+            Settings::resolve(Options {
+                store: store.map(Into::into),
+                s3_sse: mode.map(Into::into),
+                s3_sse_kms_key_id: key.map(Into::into),
+                ..Default::default()
+            })
+        };
+        let s3 = Some("s3://bucket/p");
+        assert_eq!(with(s3, None, None).unwrap().s3_sse, None);
+        assert_eq!(
+            with(s3, Some("aes256"), None).unwrap().s3_sse,
+            Some(ServerSideEncryption::Aes256)
+        );
+        let kms = with(s3, Some("aws:kms"), Some("alias/archives")).unwrap();
+        assert_eq!(
+            kms.s3_sse,
+            Some(ServerSideEncryption::Kms {
+                key_id: Some("alias/archives".into())
+            })
+        );
+        // The key id is not a secret: shown, so an operator sees which key is used.
+        assert!(format!("{kms:?}").contains("alias/archives"));
+        // The default store is a file store: refused, and so is a file store named.
+        for store in [None, Some("file:///var/lib/archive")] {
+            let e = with(store, Some("aes256"), None).unwrap_err();
+            assert!(matches!(e, Error::Sse(SseError::NotS3 { .. })), "{e}");
+            assert_eq!(crate::exit::Exit::of(&e).code(), 2);
+        }
+        let e = with(s3, Some("aes256"), Some("k")).unwrap_err();
+        assert!(matches!(e, Error::Sse(SseError::KeyIdWithoutKms)), "{e}");
+        let e = with(s3, None, Some("k")).unwrap_err();
+        assert!(matches!(e, Error::Sse(SseError::KeyIdWithoutKms)), "{e}");
+        let e = with(s3, Some("des"), None).unwrap_err();
+        assert!(matches!(e, Error::Sse(SseError::UnknownMode(_))), "{e}");
+        // From the file, like every option.
+        let file: Options = toml::from_str("store = \"s3://b\"\ns3_sse = \"aws:kms\"").unwrap();
+        assert_eq!(
+            Settings::resolve(file).unwrap().s3_sse,
+            Some(ServerSideEncryption::Kms { key_id: None })
+        );
     }
 
     #[test]

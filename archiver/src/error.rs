@@ -14,6 +14,9 @@ pub enum Error {
     /// connection string or a store URL never shows its secrets.
     #[error("configuration: {}", redact(.0))]
     Config(String),
+    /// Server-side encryption options that cannot be used as given (a configuration error).
+    #[error("configuration: {0}")]
+    Sse(#[from] crate::sse::SseError),
     /// The database refused or failed.
     #[error("database: {}", db_message(.0))]
     Db(#[from] tokio_postgres::Error),

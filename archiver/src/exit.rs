@@ -53,7 +53,7 @@ impl Exit {
     /// How a command other than `expire` ends with `e`.
     pub fn of(e: &Error) -> Exit {
         match e {
-            Error::Config(_) => Exit::Invalid,
+            Error::Config(_) | Error::Sse(_) => Exit::Invalid,
             Error::Db(_) | Error::Protocol { .. } => Exit::Database,
             Error::Store(_) | Error::StoreTimeout { .. } => Exit::Store,
             Error::StoreNotCreateOnly { .. } => Exit::StoreNotCreateOnly,
@@ -72,7 +72,7 @@ impl Exit {
     /// namespace another database's.
     pub fn of_expire(e: &Error) -> Exit {
         match e {
-            Error::Config(_) => Exit::Invalid,
+            Error::Config(_) | Error::Sse(_) => Exit::Invalid,
             Error::NamespaceClaimed { .. } => Exit::NamespaceClaimed,
             Error::Refusal(_) | Error::Refused { .. } => Exit::ExpireRefused,
             _ => Exit::ExpireFailure,
@@ -105,6 +105,9 @@ mod tests {
         };
         let io = Error::Io(std::io::Error::other("disk"));
         assert_eq!(Exit::of(&config).code(), 2);
+        let sse = Error::Sse(crate::sse::SseError::KeyIdWithoutKms);
+        assert_eq!(Exit::of(&sse).code(), 2);
+        assert_eq!(Exit::of_expire(&sse).code(), 2);
         assert_eq!(Exit::of(&verify).code(), 5);
         assert_eq!(Exit::of(&claimed).code(), 6);
         assert_eq!(Exit::of(&refusal).code(), 1);

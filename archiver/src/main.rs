@@ -25,6 +25,7 @@ mod pipeline;
 mod redact;
 mod restore;
 mod runner;
+mod sse;
 mod store;
 mod supersede;
 mod tls;

@@ -19,6 +19,10 @@ async fn context(settings: Settings) -> Result<Context> {
         connect_timeout = ?settings.connect_timeout,
         max_retries = settings.max_retries,
         retry_budget = ?settings.retry_timeout,
+        server_side_encryption = %settings
+            .s3_sse
+            .as_ref()
+            .map_or_else(|| "the store's default".to_owned(), ToString::to_string),
         batch_rows = settings.batch_rows,
         lease = ?settings.lease,
         "pg-retention-archiver starting"

@@ -6,7 +6,8 @@ use super::Store;
 use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::redact::redact;
-use object_store::aws::AmazonS3ConfigKey;
+use crate::sse::{ServerSideEncryption, SseError, KMS_KEY_ID_KEY};
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::azure::AzureConfigKey;
 use object_store::gcp::GoogleConfigKey;
 use object_store::{ClientConfigKey, ObjectStore, RetryConfig};
@@ -103,6 +104,51 @@ fn split_bucket(rest: &str) -> (String, String) {
     (bucket, prefix)
 }
 
+/// The S3 client's builder: `base` (what the environment gave) with the bucket, region, retry
+/// budget, `client` keys, endpoint, credentials and server-side encryption of `settings` set
+/// key by key; refused when the endpoint carries credentials or is plain HTTP not allowed, or
+/// when SSE-S3 was asked for while the environment names a KMS key.
+fn s3_builder(
+    settings: &Settings,
+    base: AmazonS3Builder,
+    bucket: String,
+    retry: RetryConfig,
+    client: Vec<(ClientConfigKey, String)>,
+) -> Result<AmazonS3Builder> {
+    let mut b = base
+        .with_bucket_name(bucket)
+        .with_region(&settings.s3_region)
+        .with_retry(retry);
+    for (key, value) in client {
+        b = b.with_config(AmazonS3ConfigKey::Client(key), value);
+    }
+    if let Some(endpoint) = &settings.s3_endpoint {
+        b = b
+            .with_endpoint(endpoint)
+            .with_virtual_hosted_style_request(false);
+    }
+    if let Some((key, secret)) = &settings.s3_credentials {
+        b = b.with_access_key_id(key).with_secret_access_key(secret);
+    }
+    if let Some(sse) = &settings.s3_sse {
+        // object_store would send the environment's key id beside `AES256`, which S3 refuses.
+        let kms_key: AmazonS3ConfigKey = KMS_KEY_ID_KEY.parse()?;
+        if *sse == ServerSideEncryption::Aes256 && b.get_config_value(&kms_key).is_some() {
+            return Err(SseError::KmsKeyInEnvironment.into());
+        }
+        for (name, value) in sse.config_keys() {
+            b = b.with_config(name.parse()?, value);
+        }
+    }
+    let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
+    refuse_endpoint_credentials(endpoint.as_deref())?;
+    refuse_plain_http(
+        endpoint,
+        b.get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp)),
+    )?;
+    Ok(b)
+}
+
 impl Store {
     /// Opens the store named by `settings.store`.
     pub fn open(settings: &Settings) -> Result<Store> {
@@ -131,26 +177,12 @@ impl Store {
             ),
             "s3" => {
                 let (bucket, prefix) = split_bucket(rest);
-                let mut b = object_store::aws::AmazonS3Builder::from_env()
-                    .with_bucket_name(bucket)
-                    .with_region(&settings.s3_region)
-                    .with_retry(retry);
-                for (key, value) in client {
-                    b = b.with_config(AmazonS3ConfigKey::Client(key), value);
-                }
-                if let Some(endpoint) = &settings.s3_endpoint {
-                    b = b
-                        .with_endpoint(endpoint)
-                        .with_virtual_hosted_style_request(false);
-                }
-                if let Some((key, secret)) = &settings.s3_credentials {
-                    b = b.with_access_key_id(key).with_secret_access_key(secret);
-                }
-                let endpoint = b.get_config_value(&AmazonS3ConfigKey::Endpoint);
-                refuse_endpoint_credentials(endpoint.as_deref())?;
-                refuse_plain_http(
-                    endpoint,
-                    b.get_config_value(&AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp)),
+                let b = s3_builder(
+                    settings,
+                    object_store::aws::AmazonS3Builder::from_env(),
+                    bucket,
+                    retry,
+                    client,
                 )?;
                 (Arc::new(b.build()?), prefix)
             }
@@ -243,6 +275,90 @@ mod tests {
             e.contains("AWS_ALLOW_HTTP") && !e.contains("hunter2"),
             "{e}"
         );
+    }
+
+    /// The S3 builder for `options` (an `s3://` store), from an empty environment.
+    fn builder(options: Options, base: AmazonS3Builder) -> Result<AmazonS3Builder> {
+        let settings = Settings::resolve(options)?;
+        s3_builder(
+            &settings,
+            base,
+            "bucket".into(),
+            retry_config(&settings),
+            client_keys(&settings),
+        )
+    }
+
+    fn s3_with(mode: Option<&str>, key_id: Option<&str>) -> Options {
+        Options {
+            store: Some("s3://bucket/p".into()),
+            s3_endpoint: Some("https://s3.example.net".into()),
+            s3_sse: mode.map(Into::into),
+            s3_sse_kms_key_id: key_id.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn server_side_encryption_reaches_the_s3_builder() {
+        let sse: AmazonS3ConfigKey = crate::sse::SSE_KEY.parse().unwrap();
+        let kms: AmazonS3ConfigKey = KMS_KEY_ID_KEY.parse().unwrap();
+        let bucket_key: AmazonS3ConfigKey = "aws_sse_bucket_key_enabled".parse().unwrap();
+        let set = |mode, key_id| {
+            let b = builder(s3_with(mode, key_id), AmazonS3Builder::new()).expect("builds");
+            let got = (b.get_config_value(&sse), b.get_config_value(&kms));
+            b.build().expect("a client");
+            got
+        };
+        assert_eq!(set(None, None), (None, None));
+        assert_eq!(set(Some("aes256"), None), (Some("AES256".into()), None));
+        assert_eq!(set(Some("aws:kms"), None), (Some("aws:kms".into()), None));
+        assert_eq!(
+            set(Some("aws:kms"), Some("arn:aws:kms:eu-west-1:1:key/k")),
+            (
+                Some("aws:kms".into()),
+                Some("arn:aws:kms:eu-west-1:1:key/k".into())
+            )
+        );
+        // Ours win over object_store's own variables, which stay when ours are not given.
+        let from_env = || {
+            AmazonS3Builder::new()
+                .with_config(sse, "aws:kms")
+                .with_config(bucket_key, "true")
+        };
+        let b = builder(s3_with(None, None), from_env()).expect("builds");
+        assert_eq!(b.get_config_value(&sse).as_deref(), Some("aws:kms"));
+        let b = builder(s3_with(Some("aes256"), None), from_env()).expect("builds");
+        assert_eq!(b.get_config_value(&sse).as_deref(), Some("AES256"));
+        let b = builder(s3_with(Some("aws:kms"), Some("k-2")), from_env()).expect("builds");
+        assert_eq!(b.get_config_value(&kms).as_deref(), Some("k-2"));
+        assert_eq!(b.get_config_value(&bucket_key).as_deref(), Some("true"));
+    }
+
+    #[test]
+    fn sse_s3_with_a_kms_key_in_the_environment_is_refused() {
+        let kms: AmazonS3ConfigKey = KMS_KEY_ID_KEY.parse().unwrap();
+        let env = AmazonS3Builder::new().with_config(kms, "k-env");
+        let e = builder(s3_with(Some("aes256"), None), env).unwrap_err();
+        assert!(
+            matches!(e, Error::Sse(SseError::KmsKeyInEnvironment)),
+            "{e}"
+        );
+        assert_eq!(crate::exit::Exit::of(&e).code(), 2);
+    }
+
+    #[test]
+    fn server_side_encryption_with_a_file_store_is_refused_before_opening_it() {
+        let dir = std::env::temp_dir().join(format!("sse-refused-{}", std::process::id()));
+        let o = Options {
+            store: Some(format!("file://{}", dir.display())),
+            s3_sse: Some("aes256".into()),
+            ..Default::default()
+        };
+        let e = Settings::resolve(o).unwrap_err();
+        assert!(matches!(e, Error::Sse(SseError::NotS3 { .. })), "{e}");
+        assert!(e.to_string().contains("encryption of the disk"), "{e}");
+        assert!(!dir.exists(), "nothing was created");
     }
 
     #[test]
