@@ -75,7 +75,10 @@ CREATE FUNCTION retention.add_policy(
     terminal_table_where text DEFAULT NULL,
     terminal_table_test text DEFAULT NULL,
     visible_rows_only boolean DEFAULT NULL,
-    max_table_rows bigint DEFAULT NULL
+    max_table_rows bigint DEFAULT NULL,
+    mutable_columns text[] DEFAULT NULL,
+    mutable_guard text DEFAULT NULL,
+    record_keys boolean DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('add', jsonb_build_object(
@@ -90,7 +93,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'age_table_column', age_table_column, 'age_pick', age_pick,
         'terminal_table', terminal_table::oid::bigint, 'terminal_table_where', terminal_table_where,
         'terminal_table_test', terminal_table_test, 'visible_rows_only', visible_rows_only,
-        'max_table_rows', max_table_rows)))::bigint;
+        'max_table_rows', max_table_rows, 'mutable_columns', mutable_columns,
+        'mutable_guard', mutable_guard, 'record_keys', record_keys)))::bigint;
 $fn$;
 
 CREATE FUNCTION retention.alter_policy(
@@ -122,7 +126,10 @@ CREATE FUNCTION retention.alter_policy(
     terminal_table_where text DEFAULT NULL,
     terminal_table_test text DEFAULT NULL,
     visible_rows_only boolean DEFAULT NULL,
-    max_table_rows bigint DEFAULT NULL
+    max_table_rows bigint DEFAULT NULL,
+    mutable_columns text[] DEFAULT NULL,
+    mutable_guard text DEFAULT NULL,
+    record_keys boolean DEFAULT NULL
 ) RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
@@ -136,7 +143,9 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'age_table', age_table::oid::bigint, 'age_table_column', age_table_column,
         'age_pick', age_pick, 'terminal_table', terminal_table::oid::bigint,
         'terminal_table_where', terminal_table_where, 'terminal_table_test', terminal_table_test,
-        'visible_rows_only', visible_rows_only, 'max_table_rows', max_table_rows)))::bigint;
+        'visible_rows_only', visible_rows_only, 'max_table_rows', max_table_rows,
+        'mutable_columns', mutable_columns, 'mutable_guard', mutable_guard,
+        'record_keys', record_keys)))::bigint;
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -168,6 +177,12 @@ CREATE FUNCTION retention.place_hold(relation regclass, predicate text, reason t
 RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
 AS $fn$ SELECT retention._result(retention._place_hold(relation::oid, predicate, reason, actor, enforce))::bigint $fn$;
+
+-- Deletes those of `keys` (as retention.candidates lists them) that are still eligible, in the
+-- caller's transaction (engine/candidates.rs).
+CREATE FUNCTION retention.prune(policy text, keys jsonb) RETURNS bigint
+LANGUAGE sql SET search_path = pg_catalog, pg_temp
+AS $fn$ SELECT retention._result(retention._prune(policy, keys))::bigint $fn$;
 
 -- Declares what a table's rows are for retention (api/class.rs).
 CREATE FUNCTION retention.classify(relation regclass, class text, reason text) RETURNS void
@@ -694,12 +709,13 @@ $fn$;
 CREATE FUNCTION retention._fixpoint_guard() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
-    IF retention._fixpoint_eligible(TG_ARGV[0]::bigint, TG_RELID, OLD) THEN
+    IF retention._fixpoint_eligible(TG_ARGV[0]::bigint, TG_RELID, OLD)
+       AND NOT retention._only_mutable_changed(TG_ARGV[0]::bigint, to_jsonb(OLD), to_jsonb(NEW)) THEN
         RAISE EXCEPTION 'row of %.% is archive-eligible under policy % and cannot be updated',
                 TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1]
             USING ERRCODE = 'RT501',
                   DETAIL = 'The row is terminal and past the policy''s window: it is being or will be archived as it is.',
-                  HINT = 'Deleting it is allowed; changing it is not. Lift this by altering or dropping the policy.';
+                  HINT = 'Deleting it is allowed; changing it is not (but for the policy''s mutable_columns). Lift this by altering or dropping the policy.';
     END IF;
     RETURN NEW;
 END
@@ -1113,7 +1129,7 @@ GRANT EXECUTE ON FUNCTION retention._define_policy(text, jsonb),
     retention._lower_floor(text, int, text, text, text), retention._set_policy_state(text, text),
     retention._link_windows(text, text, text), retention._place_hold(oid, text, text, text, boolean),
     retention._lift_hold(bigint, text, text), retention._register_consumer(text, text, text, oid),
-    retention._classify(oid, text, text),
+    retention._classify(oid, text, text), retention._prune(text, jsonb),
     retention._unregister_consumer(text, text)
     TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention._report_position(text, text, bigint, text),
@@ -1127,13 +1143,14 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint, text[], text, boolean),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint, text[], text, boolean),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),
     retention.place_hold(regclass, text, text, text, boolean), retention.lift_hold(bigint, text, text),
-    retention.classify(regclass, text, text),
+    retention.classify(regclass, text, text), retention.prune(text, jsonb),
+    retention.candidates(text, int),
     retention.register_consumer(text, text, interval, regrole), retention.unregister_consumer(text, text),
     retention.preview(text), retention.preview_partitions(text),
     retention.replay_floor(text), retention.check_replay(text, timestamptz),

@@ -95,6 +95,9 @@ CREATE TABLE retention.policy_versions (
     terminal_table_test  text CHECK (terminal_table_test IN ('exists', 'not_exists')),
     visible_rows_only    boolean,
     max_table_rows       bigint CHECK (max_table_rows > 0),
+    mutable_columns      text[],
+    mutable_guard        text,
+    record_keys          boolean,
     PRIMARY KEY (policy_id, version)
 );
 

@@ -8,7 +8,7 @@ SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_
        v.lease_key, v.lease_expiry, v.search_path,
        v.age_expression, v.age_table, v.age_table_column, v.age_pick,
        v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only,
-       v.max_table_rows
+       v.max_table_rows, v.mutable_columns, v.mutable_guard, v.record_keys
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -24,7 +24,7 @@ SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v
        v.lease_key, v.lease_expiry, v.search_path,
        v.age_expression, v.age_table, v.age_table_column, v.age_pick,
        v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only,
-       v.max_table_rows
+       v.max_table_rows, v.mutable_columns, v.mutable_guard, v.record_keys
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 

@@ -155,3 +155,86 @@ fn fixpoint_eligible(policy_id: i64, relation: u32, row: pgrx::AnyElement) -> Re
 fn _fixpoint_eligible(policy_id: i64, relation: pg_sys::Oid, row: pgrx::AnyElement) -> bool {
     fixpoint_eligible(policy_id, relation.to_u32(), row).or_report()
 }
+
+/// Whether an update changes no column of the row but the policy's `mutable_columns` (`old`
+/// and `new` as jsonb): the guard lets such an update of an eligible row through.
+fn only_mutable_changed(
+    policy_id: i64,
+    old: &serde_json::Value,
+    new: &serde_json::Value,
+) -> Result<bool> {
+    let Some(policy) = Policy::by_id(policy_id)? else {
+        return Ok(true);
+    };
+    let Some(mutable) = policy.mutable_columns.as_ref().filter(|m| !m.is_empty()) else {
+        // Without mutable columns every update of an eligible row is refused.
+        return Ok(false);
+    };
+    let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
+        return Ok(false);
+    };
+    let kept = |row: &serde_json::Map<String, serde_json::Value>| {
+        row.iter()
+            .filter(|(k, _)| !mutable.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    Ok(kept(old) == kept(new))
+}
+
+/// Whether an update of a row of policy `policy_id`'s table changes only its declared
+/// `mutable_columns` (the guard trigger asks, for an eligible row).
+#[pg_extern(security_definer, stable, parallel_restricted)]
+#[search_path(pg_catalog, pg_temp)]
+fn _only_mutable_changed(policy_id: i64, old: pgrx::JsonB, new: pgrx::JsonB) -> bool {
+    only_mutable_changed(policy_id, &old.0, &new.0).or_report()
+}
+
+/// Refuses (22023, 42703, 42704) `mutable_columns` and `mutable_guard` that are not as
+/// docs/sql-reference.md says: an archive policy's, together, naming columns of the table other
+/// than its key and age column, and a constraint or trigger on the table that exists.
+pub fn validate_mutable(spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
+    let (columns, guard) = (&spec.mutable_columns, &spec.mutable_guard);
+    if columns.is_none() && guard.is_none() {
+        return Ok(());
+    }
+    let (Some(columns), Some(guard)) = (columns, guard) else {
+        return Err(RetentionError::invalid(
+            "mutable_columns and mutable_guard go together",
+            "A column may change on an archived row only when the writers are held to it by a refusal of the table's own.",
+            "Give both: mutable_columns => ARRAY['invalidated_at'], mutable_guard => '<constraint or trigger>'.",
+        ));
+    };
+    if spec.action != Action::ArchiveThenDelete {
+        return Err(RetentionError::invalid(
+            "mutable_columns applies to archive_then_delete policies",
+            "Only an archive policy freezes its eligible rows.",
+            "Drop mutable_columns and mutable_guard.",
+        ));
+    }
+    for column in columns {
+        rel.column(column)?;
+        if rel.pk.contains(column) || spec.age_column.as_ref() == Some(column) {
+            return Err(RetentionError::invalid(
+                format!("{column} cannot be a mutable column"),
+                "A row's key names it in its batch, and its age column decides its window: both must stay as archived.",
+                "Name only columns that may legitimately change on a finished row.",
+            ));
+        }
+    }
+    let exists = crate::catalog::optional_one::<bool, _>(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_constraint c
+                         WHERE c.conrelid = $1::bigint::oid AND c.conname = $2)
+             OR EXISTS (SELECT 1 FROM pg_catalog.pg_trigger t
+                         WHERE t.tgrelid = $1::bigint::oid AND t.tgname = $2 AND NOT t.tgisinternal)",
+        &[i64::from(rel.oid).into(), guard.as_str().into()],
+    )?;
+    if exists != Some(true) {
+        return Err(RetentionError::invalid(
+            format!("{} has no constraint or trigger named {guard}", rel.qualified),
+            "mutable_guard names the table's own refusal of the writes its mutable columns must not take (e.g. a trigger that lets invalidated_at be set once).",
+            "Create it first, then name it.",
+        ));
+    }
+    Ok(())
+}

@@ -222,7 +222,9 @@ pub fn remove_if_unused(relation: u32) -> Result<()> {
         return Ok(());
     };
     for t in [ROW_TRIGGER, TRUNCATE_TRIGGER] {
-        Spi::run(&format!("DROP TRIGGER IF EXISTS {} ON {table}", ident(t)))?;
+        if has_trigger(relation, t)? {
+            Spi::run(&format!("DROP TRIGGER {} ON {table}", ident(t)))?;
+        }
     }
     Ok(())
 }

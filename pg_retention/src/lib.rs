@@ -30,24 +30,28 @@ mod worker;
 ::pgrx::pg_module_magic!(name, version);
 
 // The catalog DDL lives in sql/ so a reader sees the schema in plain SQL.
-extension_sql_file!("../sql/bootstrap.sql", name = "bootstrap", bootstrap);
+extension_sql_file!("../../sql/bootstrap.sql", name = "bootstrap", bootstrap);
 extension_sql_file!(
-    "../sql/catalog.sql",
+    "../../sql/catalog.sql",
     name = "catalog",
     requires = ["bootstrap"]
 );
 extension_sql_file!(
-    "../sql/views.sql",
+    "../../sql/views.sql",
     name = "views",
     requires = ["catalog", "archive"]
 );
 extension_sql_file!(
-    "../sql/archive.sql",
+    "../../sql/archive.sql",
     name = "archive",
     requires = ["catalog"]
 );
-extension_sql_file!("../sql/ledger.sql", name = "ledger", requires = ["views"]);
-extension_sql_file!("../sql/api.sql", name = "api", finalize);
+extension_sql_file!(
+    "../../sql/ledger.sql",
+    name = "ledger",
+    requires = ["views"]
+);
+extension_sql_file!("../../sql/api.sql", name = "api", finalize);
 
 /// Called when the library is loaded (at postmaster start when preloaded).
 #[pg_guard]

@@ -147,7 +147,9 @@ ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN
     ADD COLUMN terminal_table regclass, ADD COLUMN terminal_table_where text,
     ADD COLUMN terminal_table_test text CHECK (terminal_table_test IN ('exists', 'not_exists')),
     ADD COLUMN visible_rows_only boolean,
-    ADD COLUMN max_table_rows bigint CHECK (max_table_rows > 0);
+    ADD COLUMN max_table_rows bigint CHECK (max_table_rows > 0),
+    ADD COLUMN mutable_columns text[], ADD COLUMN mutable_guard text,
+    ADD COLUMN record_keys boolean;
 ALTER TABLE retention.hold_records ADD COLUMN enforced boolean NOT NULL DEFAULT false;
 -- What each table's rows are for retention (catalog/class.rs): appended by
 -- retention.classify, never changed; a table's newest record is its class.

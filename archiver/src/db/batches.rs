@@ -21,7 +21,7 @@ pub struct Claim {
 }
 
 /// Why a batch is given back: the cause the extension counts failures by (`release_batch`'s
-/// `cause`; `retention._error_reason` in `pg_retention/sql/ledger.sql`), and a reason for
+/// `cause`; `retention._error_reason` in `sql/ledger.sql`), and a reason for
 /// people, which still starts with a word of its own per cause (an extension before 0.5.0
 /// counted by that word). This enum is the only place that writes either.
 #[derive(Debug, Clone, PartialEq, Eq)]

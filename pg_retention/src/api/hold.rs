@@ -85,9 +85,7 @@ fn lift(hold_id: i64, actor: &str, reason: &str) -> Result<()> {
     append_lift(hold_id, actor, reason)?;
     if let Some((by, because)) = placed {
         // Whoever lifts a hold is told what it protected, in its placer's words.
-        pgrx::notice!(
-            "hold {hold_id} on {relation} lifted; it was placed by {by} because: {because}"
-        );
+        pgrx::notice!("hold on {relation} lifted; it was placed by {by} because: {because}");
     }
     if let Some(oid) = hold_relation(hold_id)? {
         crate::hold_guard::remove_if_unused(oid)?;

@@ -4,6 +4,7 @@
 //! only by the roles that need them.
 
 pub mod archive;
+pub mod candidates;
 pub mod class;
 pub mod consumer;
 pub mod erasure;

@@ -263,6 +263,15 @@ pub struct PolicySpec {
     /// reason to delete anything.
     #[serde(default)]
     pub max_table_rows: Option<i64>,
+    /// An archive policy's columns that may still change on an eligible row (guard.rs) ...
+    #[serde(default)]
+    pub mutable_columns: Option<Vec<String>>,
+    /// ... and the constraint or trigger on the table that refuses the writes they must not take.
+    #[serde(default)]
+    pub mutable_guard: Option<String>,
+    /// Whether a delete policy's ledger entries list the keys of the rows they deleted.
+    #[serde(default)]
+    pub record_keys: Option<bool>,
     /// Whether sweeps run it.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -307,7 +316,7 @@ impl std::ops::Deref for Policy {
 /// and the columns of `retention.policy_versions`. The statements below are built from this
 /// list; `a_policy_field_has_one_definition` fails when the SQL surface, the spec or the
 /// catalog disagree with it.
-pub const FIELDS: [(&str, &str); 28] = [
+pub const FIELDS: [(&str, &str); 31] = [
     ("kind", "text"),
     ("age_column", "text"),
     ("older_than", "interval"),
@@ -336,6 +345,9 @@ pub const FIELDS: [(&str, &str); 28] = [
     ("terminal_table_test", "text"),
     ("visible_rows_only", "boolean"),
     ("max_table_rows", "bigint"),
+    ("mutable_columns", "text[]"),
+    ("mutable_guard", "text"),
+    ("record_keys", "boolean"),
 ];
 
 /// `v.<field>` for each field, as [`PolicySpec`] reads it (intervals as text).
@@ -644,6 +656,9 @@ mod tests {
             terminal_table_test: None,
             visible_rows_only: None,
             max_table_rows: None,
+            mutable_columns: None,
+            mutable_guard: None,
+            record_keys: None,
             enabled: true,
         };
         let keys: Vec<String> = serde_json::to_value(&spec)

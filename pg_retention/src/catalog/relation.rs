@@ -233,6 +233,17 @@ impl RelationInfo {
             .join(", ")
     }
 
+    /// The primary key of the row aliased `alias` as a jsonb array of its values' texts (the
+    /// form `retention.candidates` and recorded keys use).
+    pub fn key_json(&self, alias: &str) -> String {
+        let cols: Vec<String> = self
+            .pk
+            .iter()
+            .map(|c| format!("{alias}.{}::text", ident(c)))
+            .collect();
+        format!("jsonb_build_array({})", cols.join(", "))
+    }
+
     /// Compares the batch key of alias `t` with the text[] key `key` (each element back
     /// through its column type's input) as one row comparison: `>` is "after it" in the key's
     /// own order, which an index (or, by place, a TID range) scan can start from.

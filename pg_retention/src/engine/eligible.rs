@@ -412,6 +412,31 @@ impl<'a> Eligibility<'a> {
         self.kind
     }
 
+    /// What a deleting statement returns for each row it deletes: the row's key (aliased
+    /// `alias`) as `__k` when the policy records keys, else `1`.
+    pub fn returning(&self, alias: &str) -> String {
+        if self.policy.record_keys == Some(true) {
+            format!("{} AS __k", self.rel.key_json(alias))
+        } else {
+            "1".into()
+        }
+    }
+
+    /// The keys a deleting CTE named `cte` returned (with [`Eligibility::returning`]) as one
+    /// jsonb array, or NULL when the policy does not record keys.
+    pub fn deleted_keys(&self, cte: &str) -> String {
+        if self.records_keys() {
+            format!("(SELECT jsonb_agg(__k) FROM {cte})")
+        } else {
+            "NULL::jsonb".into()
+        }
+    }
+
+    /// Whether the policy's ledger entries list the keys of the rows deleted.
+    pub fn records_keys(&self) -> bool {
+        self.policy.record_keys == Some(true)
+    }
+
     /// The table statements delete from (with ONLY): the governed table, or the step's leaf.
     pub fn table(&self) -> &str {
         self.leaf.map_or(&self.rel.qualified, |l| &l.qualified)

@@ -1,6 +1,7 @@
 //! The retention engine: which rows a policy makes eligible, how they are swept in batches,
 //! what a preview reports, and how definitions are validated.
 
+pub mod candidates;
 pub mod clock;
 pub mod eligible;
 pub mod erase;

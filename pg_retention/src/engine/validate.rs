@@ -147,6 +147,8 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
     crate::engine::search_path::validate(spec, &rel)?;
     clock::validate(spec, &rel, caller_oid())?;
     crate::engine::related_rows::validate(spec, &rel, caller_oid())?;
+    crate::guard::validate_mutable(spec, &rel)?;
+    check_record_keys(spec, &rel)?;
     crate::engine::search_path::notice_unpinned_triggers(spec, &rel)?;
     let kind_name = kind.as_str();
     match kind {
@@ -270,6 +272,29 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         ));
     }
     Ok(rel)
+}
+
+/// Refuses (22023) `record_keys` where the keys of the rows deleted cannot be listed: archive
+/// policies (their archives hold the rows), tables without a primary key, and partitioned
+/// tables (their leaves may be dropped whole).
+fn check_record_keys(spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
+    if spec.record_keys != Some(true) {
+        return Ok(());
+    }
+    let why = if spec.action != Action::Delete {
+        "an archive policy's rows are in its archives, key and all"
+    } else if rel.pk.is_empty() {
+        "the table has no primary key to record"
+    } else if rel.partitioned() {
+        "a partitioned table's leaves may be dropped whole, without reading their rows"
+    } else {
+        return Ok(());
+    };
+    Err(RetentionError::invalid(
+        format!("record_keys does not apply to policy {}", spec.name),
+        format!("Recorded keys list the rows a delete policy deleted; here {why}."),
+        "Drop record_keys.",
+    ))
 }
 
 /// "a" or "an", before a kind's name.

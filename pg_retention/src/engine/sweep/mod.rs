@@ -403,11 +403,14 @@ fn step_rows_or_leaves(mut state: SweepState) -> Result<SweepState> {
         return Ok(state);
     }
     if result.deleted > 0 {
-        let detail = json!({
+        let mut detail = json!({
             "planned": result.planned,
             "from_tid": format!("({},{})", state.lo.0, state.lo.1),
             "to_tid": result.last.map(|(b, i)| format!("({b},{i})")),
         });
+        if let Some(keys) = result.keys {
+            detail["keys"] = keys;
+        }
         record_prune(&mut state, &ctx, result.deleted, detail)?;
     }
     let full = result.planned >= n;

@@ -24,10 +24,12 @@ pub(super) struct StepResult {
     pub last: Option<(u64, u64)>,
     /// The statement saw a hold placed after the step read the holds, and deleted nothing.
     pub new_hold: bool,
+    /// The keys of the rows deleted, for a policy that records them.
+    pub keys: Option<serde_json::Value>,
 }
 
 pub(super) fn run_step_sql(sql: &str) -> Result<StepResult> {
-    let (deleted, planned, last, new_hold) = Spi::connect_mut(|client| {
+    let (deleted, planned, last, new_hold, keys) = Spi::connect_mut(|client| {
         let row = client.update(sql, Some(1), &[])?;
         let row = row.first();
         Ok::<_, pgrx::spi::SpiError>((
@@ -35,6 +37,7 @@ pub(super) fn run_step_sql(sql: &str) -> Result<StepResult> {
             row.get::<i64>(2)?,
             row.get::<String>(3)?,
             row.get::<bool>(4)?,
+            row.get::<pgrx::JsonB>(5)?,
         ))
     })?;
     Ok(StepResult {
@@ -42,7 +45,34 @@ pub(super) fn run_step_sql(sql: &str) -> Result<StepResult> {
         planned: present(planned, "a step's planned count")?,
         last: last.as_deref().and_then(tid::parse),
         new_hold: present(new_hold, "a step's hold fence")?,
+        keys: keys.map(|k| k.0),
     })
+}
+
+/// The keys a step's DELETE (`delete`, over alias `alias`, without RETURNING) deleted, when the
+/// policy records them: the statement wrapped so that it returns its count and their keys.
+fn counting_keys(elig: &Eligibility<'_>, delete: &str, alias: &str) -> String {
+    format!(
+        "WITH __d AS ({delete} RETURNING {}) SELECT count(*)::bigint, jsonb_agg(__k) FROM __d",
+        elig.returning(alias)
+    )
+}
+
+/// Runs a step's plan: the rows it deleted, and their keys when it is [`counting_keys`]'.
+fn run_deleting(
+    plan: &pgrx::spi::OwnedPreparedStatement,
+    args: &[pgrx::datum::DatumWithOid<'_>],
+    keys: bool,
+) -> Result<(i64, Option<serde_json::Value>)> {
+    if !keys {
+        return Ok((prepared::run(plan, args)? as i64, None));
+    }
+    let (n, k) = Spi::connect_mut(|client| {
+        let row = client.update(plan, Some(1), args)?;
+        let row = row.first();
+        Ok::<_, pgrx::spi::SpiError>((row.get::<i64>(1)?, row.get::<pgrx::JsonB>(2)?))
+    })?;
+    Ok((present(n, "a step's deleted count")?, k.map(|k| k.0)))
 }
 
 /// One step of an `age` policy through an index on the age column: one DELETE of the eligible
@@ -71,7 +101,7 @@ pub(super) fn age_index_step(
     let eligible = elig.age_predicate(Guards::ALL);
     // `OFFSET 0` keeps `b` a subquery of its own: pulled up, the lookup of `next` would be
     // copied into each of its two uses and run twice.
-    let sql = format!(
+    let mut sql = format!(
         "DELETE FROM ONLY {table} t
           WHERE t.{age} >= $2::{age_type}
             AND t.{age} < (SELECT CASE WHEN {fence} THEN NULL ELSE coalesce(b.next, 'infinity') END
@@ -83,19 +113,23 @@ pub(super) fn age_index_step(
         table = elig.table(),
         fence = fence.tripped(),
     );
+    if elig.records_keys() {
+        sql = counting_keys(elig, &sql, "t");
+    }
     use pgrx::pg_sys::BuiltinOid::{INT8OID, TEXTOID, TIMESTAMPTZOID};
     let token = quota::next_token();
-    let deleted = elig.as_owner(|| {
+    let (deleted, keys) = elig.as_owner(|| {
         let cutoff = elig.policy_cutoff()?;
         let plan = prepared::cached(
             &sql,
             &[TIMESTAMPTZOID, TEXTOID, INT8OID, INT8OID].map(PgOid::BuiltIn),
             true,
         )?;
-        Ok(prepared::run(
+        run_deleting(
             &plan,
             &[cutoff.into(), from.as_str().into(), n.into(), token.into()],
-        )? as i64)
+            elig.records_keys(),
+        )
     })?;
     let bound = quota::bound(token);
     if deleted == 0 && fence.tripped_now()? {
@@ -103,11 +137,14 @@ pub(super) fn age_index_step(
         return Ok(state);
     }
     if deleted > 0 {
-        let detail = json!({
+        let mut detail = json!({
             "planned": deleted,
             "from_age": from,
             "to_age": bound.clone().flatten(),
         });
+        if let Some(keys) = keys {
+            detail["keys"] = keys;
+        }
         record_prune(&mut state, ctx, deleted, detail)?;
     }
     Ok(match bound {
@@ -146,7 +183,7 @@ pub(super) fn age_range_step(
     hi_block: u64,
     n: i64,
 ) -> Result<StepResult> {
-    let sql = format!(
+    let mut sql = format!(
         "DELETE FROM ONLY {table} t
           WHERE t.ctid > $2 AND t.ctid < $3
             AND CASE WHEN {eligible} AND NOT {fence} THEN retention._batch_quota($4, $5, t.ctid) ELSE false END",
@@ -154,12 +191,15 @@ pub(super) fn age_range_step(
         eligible = elig.age_predicate(Guards::ALL),
         fence = fence.tripped(),
     );
+    if elig.records_keys() {
+        sql = counting_keys(elig, &sql, "t");
+    }
     use pgrx::pg_sys::BuiltinOid::{INT8OID, TIDOID, TIMESTAMPTZOID};
     let types = [TIMESTAMPTZOID, TIDOID, TIDOID, INT8OID, INT8OID].map(PgOid::BuiltIn);
     let plan = prepared::cached(&sql, &types, true)?;
     let token = quota::next_token();
     let cutoff = elig.policy_cutoff()?;
-    let deleted = prepared::run(
+    let (deleted, keys) = run_deleting(
         &plan,
         &[
             cutoff.into(),
@@ -168,7 +208,8 @@ pub(super) fn age_range_step(
             n.into(),
             token.into(),
         ],
-    )? as i64;
+        elig.records_keys(),
+    )?;
     // Nothing deleted can mean a hold arrived: then the range is read again with it.
     let new_hold = deleted == 0 && fence.tripped_now()?;
     Ok(StepResult {
@@ -176,6 +217,7 @@ pub(super) fn age_range_step(
         planned: deleted,
         last: quota::last(token),
         new_hold,
+        keys,
     })
 }
 
@@ -195,10 +237,13 @@ pub(super) fn row_step(
               ORDER BY e.__ctid LIMIT {n}),
          deleted AS (
              DELETE FROM ONLY {table} d
-              WHERE d.ctid = ANY (ARRAY(SELECT __ctid FROM planned)) AND NOT {fence} RETURNING 1)
+              WHERE d.ctid = ANY (ARRAY(SELECT __ctid FROM planned)) AND NOT {fence}
+          RETURNING {returning})
          SELECT (SELECT count(*) FROM deleted), (SELECT count(*) FROM planned),
-                (SELECT max(__ctid)::text FROM planned), {fence}",
+                (SELECT max(__ctid)::text FROM planned), {fence}, {keys}",
         fence = fence.tripped(),
+        returning = elig.returning("d"),
+        keys = elig.deleted_keys("deleted"),
         rows = elig.rows(Guards::ALL),
         lo = tid::literal(lo),
         hi = tid::literal((hi_block, 0)),
@@ -223,10 +268,13 @@ pub(super) fn entity_step(
                               FROM groups g WHERE g.__first > {lo}) x
               WHERE x.__cum - x.__n < {n} AND x.__cum <= {remaining}),
          deleted AS (
-             DELETE FROM {target} t USING picked g WHERE {join} AND {scope} AND NOT {fence} RETURNING 1)
+             DELETE FROM {target} t USING picked g WHERE {join} AND {scope} AND NOT {fence}
+              RETURNING {returning})
          SELECT (SELECT count(*) FROM deleted), (SELECT coalesce(sum(__n), 0)::bigint FROM picked),
-                (SELECT max(__first)::text FROM picked), {fence}",
+                (SELECT max(__first)::text FROM picked), {fence}, {keys}",
         fence = fence.tripped(),
+        returning = elig.returning("t"),
+        keys = elig.deleted_keys("deleted"),
         groups = elig.entity_groups(Guards::ALL),
         lo = tid::literal(lo),
         target = elig.group_target(),
