@@ -5,7 +5,6 @@
 #![deny(rust_2018_idioms)]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
-#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 mod cli;
 mod config;

@@ -1,7 +1,7 @@
 //! The slice digest: BLAKE3 over the exact concatenation of frames.
 
 /// Incremental BLAKE3 over frames, so neither side has to hold a whole slice.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct SliceHasher {
     hasher: blake3::Hasher,
     rows: u64,

@@ -1,5 +1,9 @@
 //! Properties of the slice format: round trips, and every truncation or bit flip is caught.
 
+// A test file: its helpers unwrap like its tests (clippy's allow-unwrap-in-tests covers only
+// #[test] functions).
+#![allow(clippy::unwrap_used)]
+
 use pg_retention_format::{
     check_slice, count_frames, decode_frames, encode_frame, summarize, summarize_slice,
     verify_slice, Row, StreamDecoder,

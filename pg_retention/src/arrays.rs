@@ -124,6 +124,8 @@ pub fn texts(values: &[Option<String>]) -> Result<DatumWithOid<'static>> {
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]
+// A panic is how a #[pg_test] fails (allow-unwrap-in-tests sees only #[test] functions).
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use pgrx::prelude::*;

@@ -2,7 +2,7 @@
 //!
 //! The tree is the architecture: `api/` is the SQL surface, `catalog/` reads and appends the
 //! catalog, `engine/` decides eligibility, sweeps and previews, `archive/` claims, verifies and
-//! prunes archive batches, `render.rs` turns rows into slice frames, `gucs.rs` holds the settings.
+//! prunes archive batches, `render/` turns rows into slice frames, `gucs.rs` holds the settings.
 //! See docs/architecture.md for the paths a row takes through them.
 //! The catalog DDL and the plain-SQL parts of the surface live in `sql/`.
 use pgrx::prelude::*;

@@ -88,13 +88,22 @@ fn subtransaction<R>(
 ///
 /// Safety: the caller pairs it with exactly one release or rollback, at the same SPI level.
 unsafe fn begin() -> impl Fn() + Copy {
-    let context = pg_sys::CurrentMemoryContext;
-    let owner = pg_sys::CurrentResourceOwner;
-    pg_sys::BeginInternalSubTransaction(std::ptr::null());
-    pg_sys::MemoryContextSwitchTo(context);
-    move || {
+    // SAFETY: the backend's own globals, on its one thread; the pairing is the caller's
+    // contract (above).
+    let (context, owner) = unsafe {
+        let context = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
         pg_sys::MemoryContextSwitchTo(context);
-        pg_sys::CurrentResourceOwner = owner;
+        (context, owner)
+    };
+    move || {
+        // SAFETY: called after the release or rollback, when the context and the owner saved
+        // above are the caller's again.
+        unsafe {
+            pg_sys::MemoryContextSwitchTo(context);
+            pg_sys::CurrentResourceOwner = owner;
+        }
     }
 }
 

@@ -76,6 +76,8 @@ fn jsonb_object(object: &[(&str, &str)]) -> Option<Vec<u8>> {
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
+// A panic is how a #[pg_test] fails (allow-unwrap-in-tests sees only #[test] functions).
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::Labels;
     use pgrx::prelude::*;

@@ -1,5 +1,5 @@
 //! Reading and appending the catalog. Every `retention.*` table has one home here (and its DDL
-//! in `sql/catalog.sql` or `sql/archive.sql`): policies and their versions (`policy.rs`), holds
+//! in `sql/catalog.sql` or `sql/archive.sql`): policies and their versions (`policy/`), holds
 //! and lifts (`hold.rs`), archive batches, their key sets and archive records (`batch.rs`), the
 //! ledger (`ledger.rs`), window links (`link.rs`), pull consumers (`consumer.rs`), the WAL
 //! budget of paced sweeps (`wal_budget.rs`), erasures that reach archives (`supersession.rs`) and the tables' pages (`scrub.rs`),

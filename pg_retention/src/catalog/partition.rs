@@ -244,6 +244,8 @@ pub fn bound_value(printed: &str) -> Option<String> {
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]
+// A panic is how a #[pg_test] fails (allow-unwrap-in-tests sees only #[test] functions).
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::{bound_value, Leaf};
     use pgrx::prelude::*;

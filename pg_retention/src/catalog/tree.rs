@@ -102,6 +102,8 @@ fn _tree_of(relation: pg_sys::Oid) -> SetOfIterator<'static, pg_sys::Oid> {
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]
+// A panic is how a #[pg_test] fails (allow-unwrap-in-tests sees only #[test] functions).
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use pgrx::prelude::*;
 

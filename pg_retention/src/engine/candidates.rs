@@ -6,7 +6,7 @@
 //! and ledgers them as a sweep step is (`prune`, with the rows its foreign keys changed). A key
 //! that stopped being eligible is not deleted, and nothing outside the keys is: a retry never
 //! broadens. Both read eligibility from the one builder the sweep's statements use
-//! (engine/eligible.rs: `rows(Guards::ALL)`).
+//! (engine/eligible/kinds.rs: `rows(Guards::ALL)`).
 //!
 //! A row's key is a JSON array of texts: its primary-key values in key order, or for a table
 //! without one its place and the transaction that wrote it (`[ctid, xmin]`, and first the

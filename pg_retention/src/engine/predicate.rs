@@ -141,12 +141,14 @@ unsafe fn inspect_queries(
     built_in_only: bool,
     yields: Yields,
 ) -> Option<String> {
-    let queries = PgList::<pg_sys::Query>::from_pg(list);
+    // SAFETY (this block and those below): `list` and the nodes reached from it are the
+    // analysed queries this function's contract promises.
+    let queries = unsafe { PgList::<pg_sys::Query>::from_pg(list) };
     if queries.len() != 1 {
         return Some("the predicate must be a single expression".into());
     }
     let q = queries.get_ptr(0)?;
-    let q = &*q;
+    let q = unsafe { &*q };
     if q.commandType != pg_sys::CmdType::CMD_SELECT || !q.utilityStmt.is_null() {
         return Some("the predicate must be an expression, not a statement".into());
     }
@@ -165,11 +167,11 @@ unsafe fn inspect_queries(
     if q.hasModifyingCTE || !q.cteList.is_null() {
         return Some("WITH clauses are not allowed".into());
     }
-    let targets = PgList::<pg_sys::TargetEntry>::from_pg(q.targetList);
+    let targets = unsafe { PgList::<pg_sys::TargetEntry>::from_pg(q.targetList) };
     let Some(te) = targets.get_ptr(0) else {
         return Some("the predicate must be one expression".into());
     };
-    let found = pg_sys::exprType((*te).expr.cast());
+    let found = unsafe { pg_sys::exprType((*te).expr.cast()) };
     if targets.len() != 1 {
         return Some("the predicate must be one expression".into());
     }
@@ -189,13 +191,13 @@ unsafe fn inspect_queries(
         }
         _ => {}
     }
-    if pg_sys::contain_volatile_functions(q.targetList.cast()) {
+    if unsafe { pg_sys::contain_volatile_functions(q.targetList.cast()) } {
         return Some(
             "volatile functions (random(), clock_timestamp(), nextval(), ...) are not allowed"
                 .into(),
         );
     }
-    if built_in_only && calls_user_code(q.targetList.cast()) {
+    if built_in_only && unsafe { calls_user_code(q.targetList.cast()) } {
         return Some(
             "only functions built into PostgreSQL may be called here: this predicate becomes part of a CHECK constraint that every writer of the table evaluates with their own privileges"
                 .into(),
@@ -260,18 +262,23 @@ unsafe extern "C-unwind" fn user_code_walker(
     if node.is_null() {
         return false;
     }
-    if pg_sys::check_functions_in_node(node, Some(user_function), context) {
-        return true;
+    // SAFETY: PostgreSQL's tree walker calls this with a node of the tree it walks (and
+    // `calls_user_code` with the root of one), which it has just checked is not NULL.
+    unsafe {
+        if pg_sys::check_functions_in_node(node, Some(user_function), context) {
+            return true;
+        }
+        // Reading a column of a user type runs nothing; producing a value of one may (a
+        // domain's CHECK, a composite's domain-typed field, a user type's input function).
+        if produces_value((*node).type_) && !safe_type(pg_sys::exprType(node)) {
+            return true;
+        }
+        pg_sys::expression_tree_walker(node, Some(user_code_walker), context)
     }
-    // Reading a column of a user type runs nothing; producing a value of one may (a domain's
-    // CHECK, a composite's domain-typed field, a user type's input function).
-    if produces_value((*node).type_) && !safe_type(pg_sys::exprType(node)) {
-        return true;
-    }
-    pg_sys::expression_tree_walker(node, Some(user_code_walker), context)
 }
 
 /// Safety: `node` must be a valid expression tree (here, an analysed target list).
 unsafe fn calls_user_code(node: *mut pg_sys::Node) -> bool {
-    user_code_walker(node, std::ptr::null_mut())
+    // SAFETY: the walker needs a valid tree or NULL, which is this function's contract.
+    unsafe { user_code_walker(node, std::ptr::null_mut()) }
 }
