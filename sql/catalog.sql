@@ -237,7 +237,15 @@ CREATE INDEX erasure_scrubs_open ON retention.erasure_scrubs (id) WHERE unreadab
 CREATE TABLE retention.ledger_entries (
     id             bigserial PRIMARY KEY,
     at             timestamptz NOT NULL DEFAULT clock_timestamp(),
-    method         text NOT NULL,
+    method         text NOT NULL
+        -- Every method there is: catalog/ledger.rs's LedgerMethod, which a test compares with it.
+        CONSTRAINT ledger_entries_method CHECK (method IN (
+        'prune', 'hold_skip', 'cap_reached', 'error', 'run', 'hold_place', 'hold_lift',
+        'claim', 'resume', 'release', 'lease_expired', 'lower_floor', 'drop_partition',
+        'drop_skipped', 'orphan_sweep', 'consumer_register', 'consumer_unregister',
+        'erasure', 'hold_collision', 'supersede', 'pause', 'reference_skip',
+        'erasure_scrub', 'skip_locked', 'worker_crash', 'cycle_cap', 'expire_prepare',
+        'expire_apply', 'orphan_object_sweep')),
     policy         text,
     policy_id      bigint,
     policy_version integer,

@@ -152,6 +152,13 @@ ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN
     ADD COLUMN mutable_columns text[], ADD COLUMN mutable_guard text,
     ADD COLUMN record_keys boolean;
 ALTER TABLE retention.hold_records ADD COLUMN enforced boolean NOT NULL DEFAULT false;
+ALTER TABLE retention.ledger_entries ADD CONSTRAINT ledger_entries_method CHECK (method IN (
+        'prune', 'hold_skip', 'cap_reached', 'error', 'run', 'hold_place', 'hold_lift',
+        'claim', 'resume', 'release', 'lease_expired', 'lower_floor', 'drop_partition',
+        'drop_skipped', 'orphan_sweep', 'consumer_register', 'consumer_unregister',
+        'erasure', 'hold_collision', 'supersede', 'pause', 'reference_skip',
+        'erasure_scrub', 'skip_locked', 'worker_crash', 'cycle_cap', 'expire_prepare',
+        'expire_apply', 'orphan_object_sweep'));
 -- What each table's rows are for retention (catalog/class.rs): appended by
 -- retention.classify, never changed; a table's newest record is its class.
 CREATE TABLE retention.table_classes (

@@ -23,10 +23,16 @@ const INSERT_ARGS: [BuiltinOid; 11] = [
     BuiltinOid::INT8OID,
 ];
 
-/// What a ledger record says happened (`retention.ledger.method`). The SQL side writes the
-/// worker's own methods (`skip_locked`, `cycle_cap`, `worker_crash`, a failed start's `error`)
-/// through `retention._ledger_append`.
+/// What a ledger record says happened (`retention.ledger.method`): every method there is. The
+/// CHECK constraint `ledger_entries_method` (sql/catalog.sql) lists the same names, and a test
+/// below compares the two. The SQL side writes the worker's own methods (`skip_locked`,
+/// `cycle_cap`, `worker_crash`, a failed start's `error`, `pause`) and the archiver's lifecycle
+/// records (`expire_prepare`, `expire_apply`, `orphan_object_sweep`) through
+/// `retention._ledger_append`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// The methods SQL writes are never made in Rust: they are listed so that the enum and the CHECK
+// constraint are one list.
+#[allow(dead_code)]
 pub enum LedgerMethod {
     /// A batch of rows deleted (a sweep batch, or an archive batch's prune).
     Prune,
@@ -76,9 +82,55 @@ pub enum LedgerMethod {
     /// The row versions an erasure deleted from one table are gone from its pages
     /// (engine/scrub.rs).
     ErasureScrub,
+    /// A policy skipped because another session holds its lock (written by SQL).
+    SkipLocked,
+    /// A database worker that ended without closing its visit (written by SQL).
+    WorkerCrash,
+    /// A worker's cycle stopped at its cap before a policy ran (written by SQL).
+    CycleCap,
+    /// An archive expiry prepared (written by SQL for the archiver).
+    ExpirePrepare,
+    /// An archive expiry applied (written by SQL for the archiver).
+    ExpireApply,
+    /// Store objects no archive references deleted (written by SQL for the archiver).
+    OrphanObjectSweep,
 }
 
 impl LedgerMethod {
+    /// Every method (compared with the CHECK constraint by the test below).
+    #[allow(dead_code)]
+    pub const ALL: [LedgerMethod; 29] = [
+        LedgerMethod::Prune,
+        LedgerMethod::HoldSkip,
+        LedgerMethod::CapReached,
+        LedgerMethod::Error,
+        LedgerMethod::Run,
+        LedgerMethod::HoldPlace,
+        LedgerMethod::HoldLift,
+        LedgerMethod::Claim,
+        LedgerMethod::Resume,
+        LedgerMethod::Release,
+        LedgerMethod::LeaseExpired,
+        LedgerMethod::LowerFloor,
+        LedgerMethod::DropPartition,
+        LedgerMethod::DropSkipped,
+        LedgerMethod::OrphanSweep,
+        LedgerMethod::ConsumerRegister,
+        LedgerMethod::ConsumerUnregister,
+        LedgerMethod::Erasure,
+        LedgerMethod::HoldCollision,
+        LedgerMethod::Supersede,
+        LedgerMethod::Pause,
+        LedgerMethod::ReferenceSkip,
+        LedgerMethod::ErasureScrub,
+        LedgerMethod::SkipLocked,
+        LedgerMethod::WorkerCrash,
+        LedgerMethod::CycleCap,
+        LedgerMethod::ExpirePrepare,
+        LedgerMethod::ExpireApply,
+        LedgerMethod::OrphanObjectSweep,
+    ];
+
     /// The method's name in the ledger.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -105,6 +157,12 @@ impl LedgerMethod {
             LedgerMethod::Pause => "pause",
             LedgerMethod::ReferenceSkip => "reference_skip",
             LedgerMethod::ErasureScrub => "erasure_scrub",
+            LedgerMethod::SkipLocked => "skip_locked",
+            LedgerMethod::WorkerCrash => "worker_crash",
+            LedgerMethod::CycleCap => "cycle_cap",
+            LedgerMethod::ExpirePrepare => "expire_prepare",
+            LedgerMethod::ExpireApply => "expire_apply",
+            LedgerMethod::OrphanObjectSweep => "orphan_object_sweep",
         }
     }
 }
@@ -162,5 +220,42 @@ impl LedgerEntry<'_> {
         let plan = prepared::cached(INSERT, &INSERT_ARGS.map(PgOid::BuiltIn), true)?;
         prepared::run(&plan, &args)?;
         Ok(())
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use super::*;
+    use pgrx::prelude::*;
+
+    /// The methods the CHECK constraint allows are exactly the enum's, and another is refused.
+    #[pg_test]
+    fn ledger_methods_are_one_list() {
+        let allowed = Spi::get_one::<Vec<String>>(
+            r#"SELECT array_agg(m[1] ORDER BY m[1]) FROM regexp_matches(
+                 (SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+                   WHERE c.conname = 'ledger_entries_method'
+                     AND c.conrelid = 'retention.ledger_entries'::regclass),
+                 '''([a-z_]+)''', 'g') m"#,
+        )
+        .unwrap_or_default()
+        .unwrap_or_default();
+        let mut ours: Vec<String> = LedgerMethod::ALL
+            .iter()
+            .map(|m| m.as_str().to_owned())
+            .collect();
+        ours.sort();
+        assert_eq!(allowed, ours);
+        let refused = crate::subxact::or_error(|| {
+            Spi::run(
+                "INSERT INTO retention.ledger_entries (method, actor) VALUES ('made_up', 'test')",
+            )?;
+            Ok(())
+        });
+        assert!(
+            matches!(refused, Ok(Err(_))),
+            "an unknown method is refused"
+        );
     }
 }
