@@ -179,9 +179,10 @@ pub fn check_names(definition: &serde_json::Value) -> Result<()> {
     if let Some(action) = definition.get("action").and_then(serde_json::Value::as_str) {
         Action::parse(action)?;
     }
-    // Arrays of names: a NULL element names nothing (22004, not a decode failure).
-    for field in ["group_by", "lease_key", "search_path"] {
-        if let Some(items) = definition.get(field).and_then(serde_json::Value::as_array) {
+    // Arrays of names (every text[] field): a NULL element names nothing (22004, not a decode
+    // failure).
+    for (field, _) in FIELDS.iter().filter(|(_, ty)| *ty == "text[]") {
+        if let Some(items) = definition.get(*field).and_then(serde_json::Value::as_array) {
             if items.iter().any(serde_json::Value::is_null) {
                 return Err(RetentionError::NullArgument(field));
             }
