@@ -89,11 +89,7 @@ fn table_owner(relation: u32) -> Result<u32> {
 
 /// Removes the guards of policy `id` from table `relation`, if both still exist.
 pub fn remove(id: i64, relation: u32) -> Result<()> {
-    let table = crate::catalog::optional_one::<String, _>(
-        "SELECT c.oid::regclass::text FROM pg_class c WHERE c.oid = $1::bigint::oid",
-        &[i64::from(relation).into()],
-    )?;
-    if let Some(table) = table {
+    if let Some(table) = RelationInfo::name_if_present(relation)? {
         Spi::run(&format!(
             "ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {c}",
             c = ident(&constraint_name(id)),

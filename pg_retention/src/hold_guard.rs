@@ -20,8 +20,8 @@ const TRUNCATE_TRIGGER: &str = "pg_retention_hold_truncate";
 thread_local! {
     /// Set while an erasure deletes: its deletes (and what they cascade to) are not refused.
     static ERASING: Cell<bool> = const { Cell::new(false) };
-    /// The enforced holds of a table as one statement saw them: (statement, relation) → holds.
-    static SEEN: RefCell<Option<(Statement, u32, Vec<Enforced>)>> = const { RefCell::new(None) };
+    /// The enforced holds of a table as one statement saw them.
+    static SEEN: RefCell<Option<Seen>> = const { RefCell::new(None) };
 }
 
 /// While alive, the triggers of enforced holds let this backend's deletes through: an
@@ -55,6 +55,15 @@ struct Enforced {
     placer: u32,
 }
 
+/// What one statement read of a table: its enforced holds, and (when it has any) its row type.
+#[derive(Debug, Clone)]
+struct Seen {
+    at: Statement,
+    relation: u32,
+    holds: Vec<Enforced>,
+    rowtype: Option<u32>,
+}
+
 /// Which statement of which transaction a trigger fires in: holds are read once per statement.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Statement {
@@ -76,18 +85,19 @@ impl Statement {
     }
 }
 
-/// The active enforced holds whose rows include rows of table `relation`: its own, and those
-/// of the partitioned tables above it.
-fn enforced_on(relation: u32) -> Result<Vec<Enforced>> {
+/// The active enforced holds whose rows include rows of table `relation` (its own, and those
+/// of the partitioned tables above it), with the table's row type when there are any; read
+/// once per statement, not per row.
+fn enforced_on(relation: u32) -> Result<Seen> {
     let now = Statement::now();
     let cached = SEEN.with(|s| {
         s.borrow()
             .as_ref()
-            .filter(|(at, rel, _)| *at == now && *rel == relation)
-            .map(|(_, _, holds)| holds.clone())
+            .filter(|seen| seen.at == now && seen.relation == relation)
+            .cloned()
     });
-    if let Some(holds) = cached {
-        return Ok(holds);
+    if let Some(seen) = cached {
+        return Ok(seen);
     }
     let holds: Vec<Enforced> = query_json(
         "SELECT coalesce(jsonb_agg(jsonb_build_object(
@@ -101,18 +111,22 @@ fn enforced_on(relation: u32) -> Result<Vec<Enforced>> {
         &[i64::from(relation).into()],
     )?
     .unwrap_or_default();
-    SEEN.with(|s| *s.borrow_mut() = Some((now, relation, holds.clone())));
-    Ok(holds)
-}
-
-/// The row type of table `relation`.
-fn row_type(relation: u32) -> Result<u32> {
-    let t = crate::catalog::optional_one::<i64, _>(
-        "SELECT c.reltype::bigint FROM pg_catalog.pg_class c WHERE c.oid = $1::bigint::oid",
-        &[i64::from(relation).into()],
-    )?;
-    let t = crate::error::present(t, "the table's row type")?;
-    u32::try_from(t).map_err(|_| crate::error::RetentionError::Internal(format!("type oid {t}")))
+    let rowtype = if holds.is_empty() {
+        None
+    } else {
+        Some(RelationInfo::row_type(
+            relation,
+            &format!("oid {relation}"),
+        )?)
+    };
+    let seen = Seen {
+        at: now,
+        relation,
+        holds,
+        rowtype,
+    };
+    SEEN.with(|s| *s.borrow_mut() = Some(seen.clone()));
+    Ok(seen)
 }
 
 /// The hold (id, actor, reason) that refuses a change of `row` of table `relation`; None when
@@ -121,11 +135,10 @@ fn refusing(relation: u32, row: pgrx::AnyElement) -> Result<Option<Enforced>> {
     if ERASING.with(Cell::get) {
         return Ok(None);
     }
-    let holds = enforced_on(relation)?;
-    if holds.is_empty() {
+    let Seen { holds, rowtype, .. } = enforced_on(relation)?;
+    let Some(rowtype) = rowtype else {
         return Ok(None);
-    }
-    let rowtype = row_type(relation)?;
+    };
     for hold in holds {
         // A partition's columns are its parent's, by name: a hold placed on the parent is
         // evaluated over the partition's row.
@@ -181,6 +194,7 @@ fn _enforced_hold_on(
 > {
     let first = enforced_on(relation.to_u32())
         .or_report()
+        .holds
         .into_iter()
         .next();
     TableIterator::new(as_rows(first))
@@ -214,10 +228,7 @@ pub fn remove_if_unused(relation: u32) -> Result<()> {
                            AND NOT EXISTS (SELECT 1 FROM retention.hold_lifts l WHERE l.hold_id = h.id))",
         &[i64::from(relation).into()],
     )?;
-    let table = crate::catalog::optional_one::<String, _>(
-        "SELECT c.oid::regclass::text FROM pg_catalog.pg_class c WHERE c.oid = $1::bigint::oid",
-        &[i64::from(relation).into()],
-    )?;
+    let table = RelationInfo::name_if_present(relation)?;
     let (Some(false), Some(table)) = (in_use, table) else {
         return Ok(());
     };

@@ -383,12 +383,7 @@ fn place_window(
     before: &str,
     max_rows: i32,
 ) -> Result<Option<String>> {
-    let blocks = crate::catalog::optional_one::<i64, _>(
-        "SELECT pg_catalog.pg_relation_size($1::bigint::oid)
-                / pg_catalog.current_setting('block_size')::bigint",
-        &[i64::from(rel.oid).into()],
-    )?
-    .unwrap_or(0);
+    let blocks = i64::try_from(RelationInfo::blocks(rel.oid)?).unwrap_or(i64::MAX);
     let mut span = 64_i64;
     loop {
         let end = from_block.saturating_add(span);

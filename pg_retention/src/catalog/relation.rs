@@ -121,6 +121,24 @@ impl RelationInfo {
         .ok_or_else(|| gone(oid, name_for_errors))
     }
 
+    /// The blocks of the table with oid `oid` now (its main fork's size in pages).
+    pub fn blocks(oid: u32) -> Result<u64> {
+        let n = crate::catalog::optional_one::<i64, _>(
+            "SELECT (pg_catalog.pg_relation_size($1::bigint::oid)
+                     / pg_catalog.current_setting('block_size')::int)::bigint",
+            &[i64::from(oid).into()],
+        )?;
+        Ok(crate::error::present(n, "pg_relation_size")?.max(0) as u64)
+    }
+
+    /// The quoted, qualified name of the table with oid `oid`, if it still exists.
+    pub fn name_if_present(oid: u32) -> Result<Option<String>> {
+        crate::catalog::optional_one::<String, _>(
+            "SELECT c.oid::regclass::text FROM pg_catalog.pg_class c WHERE c.oid = $1::bigint::oid",
+            &[i64::from(oid).into()],
+        )
+    }
+
     /// The row type of the table with oid `oid` alone, for a check that runs for every row
     /// (describing the whole table there would cost a catalog query of columns and keys each
     /// time), or says the table no longer exists.

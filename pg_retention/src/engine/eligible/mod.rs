@@ -226,7 +226,7 @@ impl<'a> Eligibility<'a> {
     /// What a deleting statement returns for each row it deletes: the row's key (aliased
     /// `alias`) as `__k` when the policy records keys, else `1`.
     pub fn returning(&self, alias: &str) -> String {
-        if self.policy.record_keys == Some(true) {
+        if self.records_keys() {
             format!("{} AS __k", self.rel.key_json(alias))
         } else {
             "1".into()

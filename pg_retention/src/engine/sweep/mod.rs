@@ -25,7 +25,7 @@ mod statements;
 
 pub use close::{failed, finish};
 pub use detached::let_go;
-use plan::{has_age_index, initial_span, leaves_to_sweep, table_blocks};
+use plan::{has_age_index, initial_span, leaves_to_sweep};
 use retire_leaves::{retire_leaves, Retiring};
 use state::new_run_id;
 pub use state::{Outcome, SweepState};
@@ -293,7 +293,7 @@ fn step_rows_or_leaves(mut state: SweepState) -> Result<SweepState> {
             if result.planned < n / 2 {
                 state.span = (state.span * 2).min(MAX_SPAN);
             }
-            if hi_block >= table_blocks(leaf.map_or(rel.oid, |l| l.oid))? {
+            if hi_block >= RelationInfo::blocks(leaf.map_or(rel.oid, |l| l.oid))? {
                 state = leaf_swept(state, policy)?;
             }
         }

@@ -53,14 +53,6 @@ pub(super) fn initial_span(table: u32, batch_size: i32) -> Result<u64> {
     Ok(((f64::from(batch_size) / per_block).ceil() as u64).clamp(1, MAX_SPAN))
 }
 
-pub(super) fn table_blocks(table: u32) -> Result<u64> {
-    let n = Spi::get_one_with_args::<i64>(
-        "SELECT (pg_relation_size($1::bigint::oid) / current_setting('block_size')::int)::bigint",
-        &[i64::from(table).into()],
-    )?;
-    Ok(present(n, "pg_relation_size")?.max(0) as u64)
-}
-
 /// The leaves a run of `policy` sweeps, in order: for a kind by age, not those whose range
 /// bound on the age column puts every row at or after the cutoff (today's leaf and those
 /// premade for the days ahead), which hold nothing eligible now; a step each would only find
