@@ -6,32 +6,12 @@
 -- the archive claims and leases) are SECURITY INVOKER, and so are their Rust internals, which
 -- note the role in force as the caller before taking the owner's privileges
 -- (src/identity.rs): a SECURITY DEFINER wrapper would make every caller the owner.
-
--- Unwraps a result from a Rust internal: returns its value, or raises its error with the
--- SQLSTATE, message, detail and hint it carries. Errors are raised here, in plpgsql, because
--- pgrx re-raises errors of our own SQLSTATE class (RT) as XX000 when they cross Rust code.
-CREATE FUNCTION retention._result(r jsonb) RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
-DECLARE
-    e jsonb := r->'error';
-    code text := e->>'code';
-    msg text := e->>'message';
-    detail text := e->>'detail';
-    hint text := e->>'hint';
-BEGIN
-    IF e IS NULL THEN
-        RETURN r->'ok';
-    ELSIF detail IS NULL AND hint IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg;
-    ELSIF detail IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, HINT = hint;
-    ELSIF hint IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, DETAIL = detail;
-    ELSE
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, DETAIL = detail, HINT = hint;
-    END IF;
-END
-$fn$;
+--
+-- Errors are raised by the Rust internals themselves, with their own SQLSTATEs (src/error.rs).
+-- A wrapper that is one SELECT of its internal, with no SET clause, is inlined by the planner,
+-- so an error it raises carries no frame of the wrapper; its internal is schema-qualified and
+-- pins its own search_path. The archive protocol's wrappers keep their SET clauses (they pin
+-- the settings rows render under), and so their frame.
 
 -- Why a predicate is unacceptable for a table (NULL when it is fine). Parse and analysis
 -- errors are caught here, in a subtransaction, and returned as their message.
@@ -78,10 +58,11 @@ CREATE FUNCTION retention.add_policy(
     max_table_rows bigint DEFAULT NULL,
     mutable_columns text[] DEFAULT NULL,
     mutable_guard text DEFAULT NULL,
-    record_keys boolean DEFAULT NULL
+    record_keys boolean DEFAULT NULL,
+    delete_after interval DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._result(retention._define_policy('add', jsonb_build_object(
+LANGUAGE sql AS $fn$
+    SELECT retention._define_policy('add', pg_catalog.jsonb_build_object(
         'name', name, 'relation', relation::oid::bigint, 'kind', kind, 'age_column', age_column,
         'older_than', older_than::text, 'scope', scope, 'terminal', terminal, 'group_by', group_by,
         'order_by', order_by, 'keep', keep, 'min_keep', min_keep, 'action', action,
@@ -94,7 +75,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'terminal_table', terminal_table::oid::bigint, 'terminal_table_where', terminal_table_where,
         'terminal_table_test', terminal_table_test, 'visible_rows_only', visible_rows_only,
         'max_table_rows', max_table_rows, 'mutable_columns', mutable_columns,
-        'mutable_guard', mutable_guard, 'record_keys', record_keys)))::bigint;
+        'mutable_guard', mutable_guard, 'record_keys', record_keys,
+        'delete_after', delete_after::text));
 $fn$;
 
 CREATE FUNCTION retention.alter_policy(
@@ -129,10 +111,11 @@ CREATE FUNCTION retention.alter_policy(
     max_table_rows bigint DEFAULT NULL,
     mutable_columns text[] DEFAULT NULL,
     mutable_guard text DEFAULT NULL,
-    record_keys boolean DEFAULT NULL
+    record_keys boolean DEFAULT NULL,
+    delete_after interval DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
+LANGUAGE sql AS $fn$
+    SELECT retention._define_policy('alter', pg_catalog.jsonb_build_object(
         'name', name, 'kind', kind, 'age_column', age_column, 'older_than', older_than::text,
         'scope', scope, 'terminal', terminal, 'group_by', group_by, 'order_by', order_by,
         'keep', keep, 'min_keep', min_keep, 'action', action, 'batch_size', batch_size,
@@ -145,7 +128,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'terminal_table_where', terminal_table_where, 'terminal_table_test', terminal_table_test,
         'visible_rows_only', visible_rows_only, 'max_table_rows', max_table_rows,
         'mutable_columns', mutable_columns, 'mutable_guard', mutable_guard,
-        'record_keys', record_keys)))::bigint;
+        'record_keys', record_keys, 'delete_after', delete_after::text));
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -153,108 +136,80 @@ $fn$;
 -- and why. Raising goes through alter_policy; nothing else lowers a floor.
 CREATE FUNCTION retention.lower_floor(policy text, keep_floor int, window_floor interval, actor text, reason text)
 RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._lower_floor(policy, keep_floor, window_floor::text, actor, reason))::bigint $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._lower_floor(policy, keep_floor, window_floor::text, actor, reason) $fn$;
 
 CREATE FUNCTION retention.enable_policy(name text) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
+LANGUAGE sql
 AS $fn$ SELECT retention._set_policy_state(name, 'enable') $fn$;
 
 CREATE FUNCTION retention.disable_policy(name text) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
+LANGUAGE sql
 AS $fn$ SELECT retention._set_policy_state(name, 'disable') $fn$;
 
 CREATE FUNCTION retention.drop_policy(name text) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
+LANGUAGE sql
 AS $fn$ SELECT retention._set_policy_state(name, 'drop') $fn$;
 
 CREATE FUNCTION retention.link_windows(producer text, consumer text, margin interval) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._link_windows(producer, consumer, margin::text)) $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._link_windows(producer, consumer, margin::text) $fn$;
 
 CREATE FUNCTION retention.place_hold(relation regclass, predicate text, reason text, actor text,
                                      enforce boolean DEFAULT false)
 RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._place_hold(relation::oid, predicate, reason, actor, enforce))::bigint $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._place_hold(relation::oid, predicate, reason, actor, enforce) $fn$;
 
 -- Deletes those of `keys` (as retention.candidates lists them) that are still eligible, in the
 -- caller's transaction (engine/candidates.rs).
 CREATE FUNCTION retention.prune(policy text, keys jsonb) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._prune(policy, keys))::bigint $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._prune(policy, keys) $fn$;
 
 -- Declares what a table's rows are for retention (api/class.rs).
 CREATE FUNCTION retention.classify(relation regclass, class text, reason text) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._classify(relation::oid, class, reason)) $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._classify(relation::oid, class, reason) $fn$;
 
 -- Triggers of enforced holds (api/hold.rs installs them): a row an enforced hold covers is not
 -- updated or deleted, and a table with one is not truncated, by anyone but an erasure.
 -- SECURITY DEFINER: they fire as whoever writes, who needs nothing of schema retention; each
 -- hold's predicate runs as the role that placed it.
 CREATE FUNCTION retention._hold_enforce() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    held record;
-BEGIN
-    SELECT * INTO held FROM retention._enforced_hold(TG_RELID, OLD);
-    IF held.hold_id IS NOT NULL THEN
-        RAISE EXCEPTION 'row of %.% is under enforced hold % and cannot be %',
-                TG_TABLE_SCHEMA, TG_TABLE_NAME, held.hold_id, CASE TG_OP WHEN 'DELETE' THEN 'deleted' ELSE 'updated' END
-            USING ERRCODE = 'RT402',
-                  DETAIL = format('Hold %s (%s): %s', held.hold_id, held.actor, held.reason),
-                  HINT = 'Enforced holds refuse every change to their rows. Lift the hold (retention.lift_hold) when the matter is closed; retention.erase outranks it.';
-    END IF;
-    RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
-END
-$fn$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pg_retention_hold_enforce';
 
 CREATE FUNCTION retention._hold_enforce_truncate() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    held record;
-BEGIN
-    SELECT * INTO held FROM retention._enforced_hold_on(TG_RELID);
-    IF held.hold_id IS NOT NULL THEN
-        RAISE EXCEPTION '%.% is under enforced hold % and cannot be truncated',
-                TG_TABLE_SCHEMA, TG_TABLE_NAME, held.hold_id
-            USING ERRCODE = 'RT402',
-                  DETAIL = format('Hold %s (%s): %s', held.hold_id, held.actor, held.reason),
-                  HINT = 'Enforced holds refuse every change to their rows. Lift the hold (retention.lift_hold) when the matter is closed.';
-    END IF;
-    RETURN NULL;
-END
-$fn$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pg_retention_hold_enforce_truncate';
 
 CREATE FUNCTION retention.lift_hold(hold_id bigint, actor text, reason text) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._lift_hold(hold_id, actor, reason)) $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._lift_hold(hold_id, actor, reason) $fn$;
 
 -- Pull consumers (api/consumer.rs): a registration's epoch, reports of the position processed,
 -- and what each pins.
 CREATE FUNCTION retention.register_consumer(policy text, consumer text, lease interval,
                                             reporter regrole DEFAULT NULL) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._register_consumer(policy, consumer, lease::text, reporter::oid))::bigint $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._register_consumer(policy, consumer, lease::text, reporter::oid) $fn$;
 
 CREATE FUNCTION retention.report_position(policy text, consumer text, epoch bigint, "position" text)
 RETURNS text
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._report_position(policy, consumer, epoch, $4)) #>> '{}' $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._report_position(policy, consumer, epoch, $4) $fn$;
 
 CREATE FUNCTION retention.unregister_consumer(policy text, consumer text) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._unregister_consumer(policy, consumer)) $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._unregister_consumer(policy, consumer) $fn$;
 
 CREATE FUNCTION retention.consumer_status(policy text, consumer text)
 RETURNS TABLE (epoch bigint, floor text, requires_bootstrap boolean, lease_expires_at timestamptz,
                pinning boolean)
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT r.epoch, r.floor, r.requires_bootstrap, r.lease_expires_at, r.pinning
-      FROM jsonb_to_record(retention._result(retention._consumer_status(policy, consumer)))
-           AS r(epoch bigint, floor text, requires_bootstrap boolean, lease_expires_at timestamptz,
-                pinning boolean)
+    SELECT r.epoch, r.floor, r.requires_bootstrap, r.lease_expires_at::timestamptz, r.pinning
+      FROM retention._consumer_status(policy, consumer) r
 $fn$;
 
 -- What the live consumers of a policy pin, for the statements that delete (which run as the
@@ -276,42 +231,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
      WHERE c.policy_id = _consumer_positions.policy_id AND c.expires_at > now()
 $fn$;
 
--- The oldest instant still inside a policy's window: replays from before it may find rows gone.
-CREATE FUNCTION retention.replay_floor(policy text) RETURNS timestamptz
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    w interval;
-BEGIN
-    SELECT p.older_than INTO w FROM retention.policies p WHERE p.name = replay_floor.policy;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'policy % does not exist', replay_floor.policy
-            USING ERRCODE = '42704', HINT = 'See retention.policies.';
-    END IF;
-    IF w IS NULL THEN
-        RAISE EXCEPTION 'policy % has no time window', replay_floor.policy
-            USING ERRCODE = '22023', DETAIL = 'Only policies with older_than have a replay boundary.',
-                  HINT = 'Give the policy an older_than, or replay without a boundary check.';
-    END IF;
-    RETURN now() - w;
-END
-$fn$;
-
--- Refuses a replay from before the boundary with RT301, naming the boundary.
-CREATE FUNCTION retention.check_replay(policy text, from_ts timestamptz) RETURNS timestamptz
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    floor_ts timestamptz := retention.replay_floor(check_replay.policy);
-BEGIN
-    IF from_ts < floor_ts THEN
-        RAISE EXCEPTION 'replay from % is older than the retention boundary % of policy %',
-                from_ts, floor_ts, check_replay.policy
-            USING ERRCODE = 'RT301',
-                  DETAIL = format('Rows older than %s may already have been pruned.', floor_ts),
-                  HINT = format('Replay from %s or later.', floor_ts);
-    END IF;
-    RETURN floor_ts;
-END
-$fn$;
+-- retention.replay_floor(policy) and retention.check_replay(policy, from_ts), the replay
+-- boundary of a policy's window, are in Rust: src/api/replay.rs.
 
 -- Policies in the order a run takes them: enabled delete-action policies, children before
 -- parents (a table that references another is swept first), then producers before their
@@ -356,13 +277,18 @@ AS $fn$ SELECT (x'52544e00'::bigint << 32) | policy_id $fn$;
 -- step. A policy whose lock is held by another pruner is skipped and that is ledgered. When
 -- any policy's run ended in error, raises RT601 at the end, naming them (what succeeded is
 -- committed), so a scheduler records the job as failed.
+--
+-- A run is the run driver's (engine/sweep/driver.rs, which the worker calls directly): this
+-- procedure only holds its token and COMMITs between its parts, waiting out a pause between
+-- two steps outside their transactions (the driver times the pause and ledgers it once over).
 CREATE PROCEDURE retention.run(policy text DEFAULT NULL)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     p record;
-    st jsonb;
+    token bigint;
+    pause float8;
+    r record;
     n int := 0;
-    pace jsonb;
     failed text[] := '{}';
 BEGIN
     IF run.policy IS NOT NULL AND NOT EXISTS (SELECT 1 FROM retention.policies x WHERE x.name = run.policy) THEN
@@ -370,32 +296,25 @@ BEGIN
     END IF;
     FOR p IN SELECT * FROM retention._run_order(run.policy) LOOP
         n := n + 1;
-        st := retention._run_begin(p.id, current_user::text, NULL, false);
+        token := retention._run_begin(p.id);
         COMMIT;
-        IF st IS NULL THEN
+        IF token IS NULL THEN
             RAISE NOTICE 'policy %: skipped, another pruner holds its lock', p.name;
             CONTINUE;
         END IF;
-        WHILE NOT (st->>'done')::boolean LOOP
-            st := retention._sweep_step_safe(st);
-            COMMIT;
-            -- Pacing: wait between steps, outside their transactions (_run_pace times the
-            -- pause and ledgers it once it is over).
-            IF NOT (st->>'done')::boolean THEN
-                LOOP
-                    pace := retention._run_pace(st);
-                    EXIT WHEN (pace->>'pause')::float8 <= 0;
-                    PERFORM pg_sleep(least((pace->>'pause')::float8, 0.5));
-                    COMMIT;
-                END LOOP;
-                COMMIT;
+        LOOP
+            pause := retention._run_advance(token);
+            EXIT WHEN pause IS NULL;
+            IF pause > 0 THEN
+                PERFORM pg_sleep(least(pause, 0.5));
             END IF;
+            COMMIT;
         END LOOP;
-        st := retention._run_end(st, false);
+        SELECT * INTO r FROM retention._run_end(token);
         COMMIT;
-        RAISE NOTICE 'policy %: % (% rows deleted in % batches)%', p.name, st->>'outcome',
-            st->>'deleted', st->>'batches', coalesce(': ' || (st->>'reason'), '');
-        IF st->>'outcome' = 'error' THEN
+        RAISE NOTICE 'policy %: % (% rows deleted in % batches)%', p.name, r.outcome,
+            r.deleted, r.batches, coalesce(': ' || r.reason, '');
+        IF r.outcome = 'error' THEN
             failed := failed || format('%s (ledger id %s)', p.name,
                 (SELECT max(l.id) FROM retention.ledger l WHERE l.policy = p.name AND l.method = 'run'));
         END IF;
@@ -648,78 +567,63 @@ CREATE FUNCTION retention.keep_up(over interval DEFAULT '1 day')
 RETURNS TABLE (policy text, rows_left bigint, rows_became_eligible bigint, backlog bigint,
                backlog_before bigint, left_per_hour double precision,
                eligible_per_hour double precision, drain_estimate interval, falling_behind boolean)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    p record;
-    since timestamptz;
-    hours double precision;
-    first_run jsonb;
-BEGIN
-    IF over IS NULL OR over <= interval '0' THEN
-        RAISE EXCEPTION 'over must be a positive interval, got %', coalesce(over::text, 'NULL')
-            USING ERRCODE = '22023', DETAIL = 'Keep-up is measured over a past window.',
-                  HINT = 'Pass over => ''1 day'' or so.';
-    END IF;
-    since := now() - over;
-    hours := extract(epoch FROM over) / 3600;
-    FOR p IN SELECT i.id, i.name, v.action FROM retention.policy_ids i
-               CROSS JOIN LATERAL (SELECT pv.action FROM retention.policy_versions pv
-                                    WHERE pv.policy_id = i.id ORDER BY pv.version DESC LIMIT 1) v
-              WHERE i.dropped_at IS NULL ORDER BY i.name LOOP
-        policy := p.name;
-        rows_left := (SELECT coalesce(sum(l.rows), 0) FROM retention.ledger_entries l
-                       WHERE l.policy_id = p.id AND l.at > since
-                         AND l.method IN ('prune', 'orphan_sweep', 'drop_partition', 'erasure'))::bigint;
-        IF p.action = 'archive_then_delete' THEN
-            backlog := (SELECT g.eligible_rows FROM retention.policy_gauges g WHERE g.policy_id = p.id);
-            backlog_before := NULL;
-        ELSE
-            backlog := (SELECT c.backlog FROM retention.policy_counters c WHERE c.policy_id = p.id);
-            backlog_before := (SELECT (l.detail->>'backlog')::bigint FROM retention.ledger_entries l
-                                WHERE l.policy_id = p.id AND l.method = 'run' AND l.at <= since
-                                ORDER BY l.id DESC LIMIT 1);
-            IF backlog_before IS NULL THEN
-                first_run := (SELECT l.detail FROM retention.ledger_entries l
-                               WHERE l.policy_id = p.id AND l.method = 'run' AND l.at > since
-                               ORDER BY l.id LIMIT 1);
-                backlog_before := (first_run->>'backlog')::bigint + (first_run->>'deleted')::bigint;
-            END IF;
-        END IF;
-        rows_became_eligible := rows_left + backlog - backlog_before;
-        left_per_hour := rows_left / hours;
-        eligible_per_hour := rows_became_eligible / hours;
-        drain_estimate := CASE
-            WHEN backlog = 0 THEN interval '0'
-            WHEN left_per_hour > eligible_per_hour
-                THEN make_interval(secs => backlog / (left_per_hour - eligible_per_hour) * 3600)
-            END;
-        falling_behind := backlog > 0 AND backlog > backlog_before;
-        RETURN NEXT;
-    END LOOP;
-END
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._require_positive('over', over::text, 'Keep-up is measured over a past window.',
+                                       'Pass over => ''1 day'' or so.');
+    WITH w AS (
+        SELECT now() - over AS since, extract(epoch FROM over)::double precision / 3600 AS hours
+    ), p AS (
+        SELECT i.id, i.name, v.action FROM retention.policy_ids i
+         CROSS JOIN LATERAL (SELECT pv.action FROM retention.policy_versions pv
+                              WHERE pv.policy_id = i.id ORDER BY pv.version DESC LIMIT 1) v
+         WHERE i.dropped_at IS NULL
+    ), m AS (
+        SELECT p.name, w.hours,
+               (SELECT coalesce(sum(l.rows), 0) FROM retention.ledger_entries l
+                 WHERE l.policy_id = p.id AND l.at > w.since
+                   AND l.method IN ('prune', 'orphan_sweep', 'drop_partition', 'erasure'))::bigint AS rows_left,
+               CASE WHEN p.action IN ('archive_then_delete', 'archive')
+                    THEN (SELECT g.eligible_rows FROM retention.policy_gauges g WHERE g.policy_id = p.id)
+                    ELSE (SELECT c.backlog FROM retention.policy_counters c WHERE c.policy_id = p.id)
+               END AS backlog,
+               -- A delete policy's backlog a window ago: its last run's before then, or what
+               -- the first run since found (the backlog it left and what it deleted).
+               CASE WHEN p.action NOT IN ('archive_then_delete', 'archive') THEN coalesce(
+                    (SELECT (l.detail->>'backlog')::bigint FROM retention.ledger_entries l
+                      WHERE l.policy_id = p.id AND l.method = 'run' AND l.at <= w.since
+                      ORDER BY l.id DESC LIMIT 1),
+                    (SELECT (l.detail->>'backlog')::bigint + (l.detail->>'deleted')::bigint
+                       FROM retention.ledger_entries l
+                      WHERE l.policy_id = p.id AND l.method = 'run' AND l.at > w.since
+                      ORDER BY l.id LIMIT 1))
+               END AS backlog_before
+          FROM p, w
+    ), r AS (
+        SELECT m.*, m.rows_left + m.backlog - m.backlog_before AS became,
+               m.rows_left / m.hours AS left_rate,
+               (m.rows_left + m.backlog - m.backlog_before) / m.hours AS eligible_rate
+          FROM m
+    )
+    SELECT r.name, r.rows_left, r.became, r.backlog, r.backlog_before, r.left_rate, r.eligible_rate,
+           CASE WHEN r.backlog = 0 THEN interval '0'
+                WHEN r.left_rate > r.eligible_rate
+                    THEN make_interval(secs => r.backlog / (r.left_rate - r.eligible_rate) * 3600)
+           END,
+           r.backlog > 0 AND r.backlog > r.backlog_before
+      FROM r ORDER BY r.name;
 $fn$;
 
 -- ---- Archive-then-prune. ----
 
--- Guard trigger of archive policies: refuses to update a row that is already archive-eligible.
--- TG_ARGV[0] is the policy id, TG_ARGV[1] its name. Eligibility is evaluated by
--- retention._fixpoint_eligible with the privileges of the policy's owner, not of whoever
--- updates the table. SECURITY DEFINER: a writer needs its table privileges and nothing of
--- schema retention (it fires as whoever updates; the predicate still runs as its author).
+-- Guard trigger of archive policies (src/guard.rs): refuses (RT501) to update a row that is
+-- already archive-eligible, but for the policy's mutable_columns. TG_ARGV[0] is the policy id,
+-- TG_ARGV[1] its name. Eligibility is evaluated with the privileges of the policy's owner, not
+-- of whoever updates the table. SECURITY DEFINER: a writer needs its table privileges and
+-- nothing of schema retention (it fires as whoever updates; the predicate runs as its author).
+-- The three triggers are C functions so that their refusals carry no procedural frame.
 CREATE FUNCTION retention._fixpoint_guard() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    IF retention._fixpoint_eligible(TG_ARGV[0]::bigint, TG_RELID, OLD)
-       AND NOT retention._only_mutable_changed(TG_ARGV[0]::bigint, to_jsonb(OLD), to_jsonb(NEW)) THEN
-        RAISE EXCEPTION 'row of %.% is archive-eligible under policy % and cannot be updated',
-                TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1]
-            USING ERRCODE = 'RT501',
-                  DETAIL = 'The row is terminal and past the policy''s window: it is being or will be archived as it is.',
-                  HINT = 'Deleting it is allowed; changing it is not (but for the policy''s mutable_columns). Lift this by altering or dropping the policy.';
-    END IF;
-    RETURN NEW;
-END
-$fn$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pg_retention_fixpoint_guard';
 
 -- retention._below (a table and every partition under it) and retention._tree_of (the tables
 -- that share rows with a table) are in Rust: src/catalog/tree.rs.
@@ -746,7 +650,7 @@ RETURNS uuid
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT (retention._result(retention._claim_batch(policy, max_rows, lease::text, owner)) #>> '{}')::uuid $fn$;
+AS $fn$ SELECT retention._claim_batch(policy, max_rows, lease::text, owner)::uuid $fn$;
 
 -- claim_batch and batch_slice in one call: the slice is rendered from the rows the claim reads
 -- and locks, so they are read once. A resumed batch is rendered from its key set; resume =>
@@ -759,7 +663,7 @@ CREATE FUNCTION retention.claim_slice(policy text, max_rows int DEFAULT 10000,
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice, c.more
+AS $fn$ SELECT c.batch::uuid, c.slice, c.more
           FROM retention._claim_slice(policy, max_rows, lease::text, owner, resume) c $fn$;
 
 -- claim_slice without the slice in its result: it stays in this backend, and
@@ -774,55 +678,49 @@ CREATE FUNCTION retention.claim_next(policy text, max_rows int DEFAULT 10000,
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT (r->>'batch')::uuid, (r->>'bytes')::bigint, coalesce((r->>'more')::boolean, false),
-               r->'manifest'
-          FROM retention._result(retention._claim_next(policy, max_rows, lease::text, owner, resume)) r $fn$;
+AS $fn$ SELECT c.batch::uuid, c.bytes, c.more, c.manifest
+          FROM retention._claim_next(policy, max_rows, lease::text, owner, resume) c $fn$;
 
 -- The enabled archive policies: what an archiver has to work on.
 CREATE FUNCTION retention.archive_policies() RETURNS SETOF text
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT p.name FROM retention.policies p WHERE p.enabled AND p.action = 'archive_then_delete' ORDER BY p.name $fn$;
+AS $fn$ SELECT p.name FROM retention.policies p WHERE p.enabled AND p.action IN ('archive_then_delete', 'archive') ORDER BY p.name $fn$;
+
+-- Deletes the rows of a two-window policy's archived batches that are past its delete_after,
+-- each only as the version its verified archive holds (archive/deferred.rs); the rows deleted.
+-- The archiver calls it for every policy at each pass; 0 for a policy without delete_after.
+CREATE FUNCTION retention.prune_archived(policy text, max_batches int DEFAULT 100) RETURNS bigint
+LANGUAGE sql
+AS $fn$ SELECT retention._prune_archived(policy, max_batches) $fn$;
 
 CREATE FUNCTION retention.batch_manifest(batch uuid, digest boolean DEFAULT true) RETURNS jsonb
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT retention._result(retention._batch_manifest(batch::text, digest)) $fn$;
+AS $fn$ SELECT retention._batch_manifest(batch::text, digest) $fn$;
 
 CREATE FUNCTION retention.batch_frames(batch uuid) RETURNS SETOF bytea
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT f.error, f.frame FROM retention._batch_frames(batch::text) f LOOP
-        IF r.error IS NOT NULL THEN
-            PERFORM retention._result(r.error);
-        END IF;
-        RETURN NEXT r.frame;
-    END LOOP;
-END
-$fn$;
+AS $fn$ SELECT f FROM retention._batch_frames(batch::text) f $fn$;
 
 -- The frames of batch_frames concatenated: the slice, in one value (one call, one copy).
 CREATE FUNCTION retention.batch_slice(batch uuid) RETURNS bytea
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT CASE WHEN retention._result(s.result) IS NOT NULL THEN s.slice END
-          FROM retention._batch_slice(batch::text) s $fn$;
+AS $fn$ SELECT retention._batch_slice(batch::text) $fn$;
 
 CREATE FUNCTION retention.extend_lease(batch uuid, lease interval) RETURNS timestamptz
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT (retention._result(retention._extend_lease(batch::text, lease::text)) #>> '{}')::timestamptz $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._extend_lease(batch::text, lease::text)::timestamptz $fn$;
 
 -- `cause` (refused, failed, stopped) is what the failure counters count the release under; a
 -- release without one (an archiver before 0.5.0) is counted by its reason's first word.
 CREATE FUNCTION retention.release_batch(batch uuid, reason text, cause text DEFAULT NULL) RETURNS boolean
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT (retention._result(retention._release_batch(batch::text, reason, cause)))::boolean $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._release_batch(batch::text, reason, cause) $fn$;
 
 CREATE FUNCTION retention.complete_batch(batch uuid, object_key text, blake3 text, rows bigint, bytes bigint,
                                          owner text DEFAULT NULL)
@@ -830,11 +728,14 @@ RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT (retention._result(retention._complete_batch(batch::text, object_key, blake3, rows, bytes, owner)))::bigint $fn$;
+AS $fn$ SELECT retention._complete_batch(batch::text, object_key, blake3, rows, bytes, owner) $fn$;
 
 -- Archive lifecycle (archive/expiry.rs; the archiver's `expire`, archiver/src/expire/):
--- archives past their policy's archive_keep, the holds over an archive's rows, and expire
--- operations, whose state lives in the ledger (expire_prepare, expire_apply entries).
+-- archives past their policy's archive_keep and the holds over an archive's rows. The expire
+-- operations themselves (retention.expire_prepare, expire_state, expire_record) are declared
+-- by archive/expire_operation.rs; their state is retention.expire_operations
+-- (catalog/expire_operation.rs), their history the ledger's expire_prepare and expire_apply
+-- entries.
 CREATE FUNCTION retention.expiry_candidates()
 RETURNS TABLE (policy text, policy_version int, archive_keep interval, archive_id bigint, batch uuid,
                object_key text, rows bigint, bytes bigint, archived_at timestamptz)
@@ -843,126 +744,18 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
       FROM retention.policies p
       JOIN retention.batches b ON b.policy_id = p.id
       JOIN retention.archives a ON a.batch = b.id
-     WHERE p.action = 'archive_then_delete' AND p.archive_keep IS NOT NULL
+     WHERE p.action IN ('archive_then_delete', 'archive') AND p.archive_keep IS NOT NULL
        AND a.archived_at < now() - p.archive_keep
        AND a.expired_at IS NULL
+       -- A two-window policy's archive does not expire while its rows wait for their
+       -- delete_after: their delete stands on it.
+       AND NOT (b.state = 'archived' AND p.delete_after IS NOT NULL)
      ORDER BY p.name, a.id
 $fn$;
 
 CREATE FUNCTION retention.archive_holds(archive_id bigint, slice bytea, columns text[]) RETURNS bigint[]
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT ARRAY(SELECT jsonb_array_elements_text(
-        retention._result(retention._archive_holds(archive_id, slice, columns)))::bigint)
-$fn$;
-
--- The prepare entry of an expire operation (NULL when it was never prepared).
-CREATE FUNCTION retention._expire_prepared(operation uuid) RETURNS retention.ledger_entries
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT l FROM retention.ledger_entries l
-     WHERE l.method = 'expire_prepare' AND l.detail->>'operation' = operation::text
-$fn$;
-
--- Records a prepared expire operation (its tombstone is written): from now on its archives
--- expire after the quiescence interval, and only through `expire apply`. Returns when it was
--- prepared.
-CREATE FUNCTION retention.expire_prepare(operation uuid, plan_sha256 text, quiescence interval,
-                                         archive_ids bigint[], objects bigint, bytes bigint,
-                                         tombstone text, actor text)
-RETURNS timestamptz
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    stale bigint[];
-BEGIN
-    IF quiescence IS NULL OR quiescence < interval '0' OR archive_ids IS NULL OR cardinality(archive_ids) = 0
-       OR plan_sha256 !~ '^[0-9a-f]{64}$' OR coalesce(actor, '') = '' THEN
-        RAISE EXCEPTION 'an expire operation needs a plan digest, archives, a quiescence >= 0 and an actor'
-            USING ERRCODE = '22023', HINT = 'Prepare with pg-retention-archiver expire prepare.';
-    END IF;
-    IF (retention._expire_prepared(operation)).id IS NOT NULL THEN
-        RAISE EXCEPTION 'expire operation % is prepared already', operation USING ERRCODE = '42710';
-    END IF;
-    stale := ARRAY(SELECT unnest(archive_ids) EXCEPT SELECT c.archive_id FROM retention.expiry_candidates() c);
-    IF cardinality(stale) > 0 THEN
-        RAISE EXCEPTION 'archives % are not past their policy''s archive_keep (or expired already)', stale
-            USING ERRCODE = '55000', HINT = 'Plan again.';
-    END IF;
-    PERFORM retention._ledger_append('expire_prepare', actor, jsonb_build_object(
-        'operation', operation, 'plan_sha256', plan_sha256, 'quiescence', quiescence::text,
-        'archives', to_jsonb(archive_ids), 'objects', objects, 'bytes', bytes, 'tombstone', tombstone), NULL);
-    RETURN (retention._expire_prepared(operation)).at;
-END
-$fn$;
-
--- An expire operation as the ledger knows it: when it was prepared and is ready, its plan
--- digest and archives, the keys its applies deleted and the last apply's outcome; NULL when
--- it was never prepared.
-CREATE FUNCTION retention.expire_state(operation uuid) RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT jsonb_build_object(
-               'operation', operation, 'prepared_at', p.at, 'prepared_by', p.actor,
-               'ready_at', p.at + (p.detail->>'quiescence')::interval,
-               'ready', clock_timestamp() >= p.at + (p.detail->>'quiescence')::interval,
-               'plan_sha256', p.detail->>'plan_sha256', 'archives', p.detail->'archives',
-               'objects', p.detail->'objects', 'bytes', p.detail->'bytes',
-               'tombstone', p.detail->>'tombstone',
-               'applies', (SELECT count(*) FROM retention.ledger_entries a
-                            WHERE a.method = 'expire_apply' AND a.detail->>'operation' = operation::text),
-               'deleted_keys', (SELECT coalesce(jsonb_agg(DISTINCT k), '[]') FROM retention.ledger_entries a,
-                                       jsonb_array_elements_text(a.detail->'deleted_keys') k
-                                 WHERE a.method = 'expire_apply' AND a.detail->>'operation' = operation::text),
-               'outcome', (SELECT a.detail->>'outcome' FROM retention.ledger_entries a
-                            WHERE a.method = 'expire_apply' AND a.detail->>'operation' = operation::text
-                            ORDER BY a.id DESC LIMIT 1))
-      FROM retention._expire_prepared(operation) p WHERE p.id IS NOT NULL
-$fn$;
-
--- Ledgers one apply of an expire operation; a completed one marks its archives expired. An
--- archive is marked expired only when its object now is among the keys the operation deleted
--- (this apply's or an earlier one's): a rewrite recorded for it since the plan (an erasure's
--- supersession) refuses the completion (RT504), and the apply is then recorded refused.
-CREATE FUNCTION retention.expire_record(operation uuid, outcome text, deleted_keys text[], detail jsonb, actor text)
-RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    prepared retention.ledger_entries := retention._expire_prepared(operation);
-    archive_ids bigint[];
-    kept bigint[];
-BEGIN
-    IF outcome IS NULL OR outcome NOT IN ('completed', 'partial', 'refused', 'not_ready') OR coalesce(actor, '') = '' THEN
-        RAISE EXCEPTION 'an apply outcome is completed, partial, refused or not_ready, with an actor'
-            USING ERRCODE = '22023';
-    END IF;
-    IF prepared.id IS NULL THEN
-        RAISE EXCEPTION 'expire operation % was never prepared', operation USING ERRCODE = '42704';
-    END IF;
-    IF outcome = 'completed' THEN
-        archive_ids := ARRAY(SELECT x::bigint FROM jsonb_array_elements_text(prepared.detail->'archives') x);
-        -- One at a time with a rewrite being recorded for one of the archives (archive/supersede.rs
-        -- takes the same lock), then read in a statement of its own, as committed.
-        PERFORM 1 FROM retention.archive_records a WHERE a.id = ANY (archive_ids)
-          ORDER BY a.id FOR NO KEY UPDATE;
-        kept := ARRAY(
-            SELECT a.id FROM retention.archives a
-             WHERE a.id = ANY (archive_ids) AND a.expired_at IS NULL
-               AND a.object_key <> ALL (coalesce(deleted_keys, '{}') || ARRAY(
-                       SELECT k FROM retention.ledger_entries l, jsonb_array_elements_text(l.detail->'deleted_keys') k
-                        WHERE l.method = 'expire_apply' AND l.detail->>'operation' = operation::text))
-             ORDER BY a.id);
-        IF cardinality(kept) > 0 THEN
-            RAISE EXCEPTION 'expire operation % cannot complete: the object of archive % now is not one it deleted',
-                operation, kept[1]
-                USING ERRCODE = 'RT504',
-                      DETAIL = format('Archives %s: a rewrite (an erasure''s supersession) became the object after the plan; '
-                                      'marked expired, it would stay in the store with nothing to delete it.', kept),
-                      HINT = 'Record the apply as refused and plan again: a new plan names the archive''s objects now.';
-        END IF;
-        INSERT INTO retention.archive_expirations (archive_id, operation_id)
-        SELECT x, operation FROM unnest(archive_ids) x
-        ON CONFLICT (archive_id) DO NOTHING;
-    END IF;
-    PERFORM retention._ledger_append('expire_apply', actor, coalesce(detail, '{}') || jsonb_build_object(
-        'operation', operation, 'outcome', outcome, 'deleted_keys', to_jsonb(coalesce(deleted_keys, '{}'))), NULL);
-END
+    SELECT retention._archive_holds(archive_id, slice, columns)
 $fn$;
 
 -- What the archiver's sweep-orphans must not touch: every archive's slice key now and as
@@ -1002,14 +795,7 @@ AS 'MODULE_PATHNAME', 'retention_metrics';
 CREATE FUNCTION retention.erase(relation regclass, predicate text, request_ref text, actor text)
 RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT (retention._result(retention._erase(relation::oid, predicate, request_ref, actor, NULL))->>'deleted')::bigint $fn$;
-
--- One step of erase_in_batches: at most batch_rows rows; {deleted, done}.
-CREATE FUNCTION retention._erase_step(relation regclass, predicate text, request_ref text, actor text,
-                                      batch_rows int)
-RETURNS jsonb
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._erase(relation::oid, predicate, request_ref, actor, batch_rows)) $fn$;
+AS $fn$ SELECT e.deleted FROM retention._erase(relation::oid, predicate, request_ref, actor, NULL) e $fn$;
 
 -- erase() for large sets: each batch of at most batch_rows rows commits with its ledger entry.
 -- A failure leaves the batches before it erased and ledgered; calling again goes on.
@@ -1018,16 +804,17 @@ CREATE PROCEDURE retention.erase_in_batches(relation regclass, predicate text, r
                                             INOUT erased bigint DEFAULT NULL)
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    st jsonb;
+    st record;
 BEGIN
     erased := 0;
     LOOP
-        st := retention._erase_step(erase_in_batches.relation, erase_in_batches.predicate,
-                                    erase_in_batches.request_ref, erase_in_batches.actor,
-                                    erase_in_batches.batch_rows);
-        erased := erased + (st->>'deleted')::bigint;
+        SELECT e.deleted, e.done INTO st
+          FROM retention._erase(erase_in_batches.relation::oid, erase_in_batches.predicate,
+                                erase_in_batches.request_ref, erase_in_batches.actor,
+                                erase_in_batches.batch_rows) e;
+        erased := erased + st.deleted;
         COMMIT;
-        EXIT WHEN (st->>'done')::boolean;
+        EXIT WHEN st.done;
     END LOOP;
 END
 $fn$;
@@ -1065,14 +852,13 @@ $fn$;
 CREATE FUNCTION retention.supersession_matches(supersession bigint, slice bytea, columns text[])
 RETURNS int[]
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT ARRAY(SELECT jsonb_array_elements_text(
-        retention._result(retention._supersession_matches(supersession, slice, columns)))::int)
+    SELECT retention._supersession_matches(supersession, slice, columns)::int[]
 $fn$;
 
 -- A pending supersession with nothing to rewrite.
 CREATE FUNCTION retention.supersession_unaffected(supersession bigint, reason text) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._result(retention._supersession_unaffected(supersession, reason))::boolean
+    SELECT retention._supersession_unaffected(supersession, reason)
 $fn$;
 
 -- Records the verified rewrite of a pending supersession: it is the archive's object from now
@@ -1081,15 +867,15 @@ CREATE FUNCTION retention.supersession_rewritten(supersession bigint, replaced_k
                                                  blake3 text, rows bigint, bytes bigint, supersedes text)
 RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._result(retention._supersession_rewritten(supersession, replaced_key, object_key,
-                                                               blake3, rows, bytes, supersedes))::boolean
+    SELECT retention._supersession_rewritten(supersession, replaced_key, object_key,
+                                             blake3, rows, bytes, supersedes)
 $fn$;
 
 -- The replaced objects are deleted: the supersession is done, and ledgered. False when it
 -- was done already.
 CREATE FUNCTION retention.supersession_done(supersession bigint, actor text) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._result(retention._supersession_done(supersession, actor))::boolean
+    SELECT retention._supersession_done(supersession, actor)
 $fn$;
 
 -- What the index says of an object key (a slice's or its manifest's): 'current' (an archive's
@@ -1123,13 +909,12 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA retention FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION retention.version() TO PUBLIC;
 -- What the SECURITY INVOKER wrappers call: each internal to the roles of its wrapper.
-GRANT EXECUTE ON FUNCTION retention._result(jsonb)
-    TO retention_admin, retention_archiver, retention_consumer, retention_eraser;
 GRANT EXECUTE ON FUNCTION retention._define_policy(text, jsonb),
     retention._lower_floor(text, int, text, text, text), retention._set_policy_state(text, text),
     retention._link_windows(text, text, text), retention._place_hold(oid, text, text, text, boolean),
     retention._lift_hold(bigint, text, text), retention._register_consumer(text, text, text, oid),
     retention._classify(oid, text, text), retention._prune(text, jsonb),
+    retention._prune_archived(text, int),
     retention._unregister_consumer(text, text)
     TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention._report_position(text, text, bigint, text),
@@ -1139,24 +924,26 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     retention._claim_slice(text, int, text, text, boolean),
     retention._claim_next(text, int, text, text, boolean),
     retention._extend_lease(text, text), retention._release_batch(text, text, text),
-    retention._complete_batch(text, text, text, bigint, bigint, text)
+    retention._complete_batch(text, text, text, bigint, bigint, text),
+    retention._prune_archived(text, int)
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint, text[], text, boolean),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint, text[], text, boolean),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint, text[], text, boolean, interval),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint, text[], text, boolean, interval),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),
     retention.place_hold(regclass, text, text, text, boolean), retention.lift_hold(bigint, text, text),
     retention.classify(regclass, text, text), retention.prune(text, jsonb),
+    retention.prune_archived(text, int),
     retention.candidates(text, int),
     retention.register_consumer(text, text, interval, regrole), retention.unregister_consumer(text, text),
     retention.preview(text), retention.preview_partitions(text),
     retention.replay_floor(text), retention.check_replay(text, timestamptz),
     retention._run_order(text), retention._lock_key(bigint),
-    retention._run_begin(bigint, text, bigint, boolean), retention._sweep_step_safe(jsonb),
-    retention._run_pace(jsonb), retention._run_end(jsonb, boolean)
+    retention._run_begin(bigint), retention._run_advance(bigint), retention._run_progress(bigint),
+    retention._run_end(bigint)
     TO retention_admin;
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.report_position(text, text, bigint, text),
@@ -1169,6 +956,7 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
     retention.batch_manifest(uuid, boolean),
     retention.batch_frames(uuid), retention.batch_slice(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text, text),
     retention.complete_batch(uuid, text, text, bigint, bigint, text), retention.archive_policies(),
+    retention.prune_archived(text, int),
     retention.expiry_candidates(), retention.archive_holds(bigint, bytea, text[]),
     retention.expire_prepare(uuid, text, interval, bigint[], bigint, bigint, text, text),
     retention.expire_state(uuid), retention.expire_record(uuid, text, text[], jsonb, text),
@@ -1183,8 +971,7 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
 -- The database workers, when pg_retention.role names a member of retention_worker rather than
 -- a superuser: their own steps and state, nothing else (a policy still runs as its owner).
 GRANT EXECUTE ON FUNCTION retention._run_order(text), retention._lock_key(bigint),
-    retention._run_begin(bigint, text, bigint, boolean), retention._sweep_step_safe(jsonb),
-    retention._run_pace(jsonb), retention._run_end(jsonb, boolean), retention._worker_visit(),
+    retention._worker_visit(),
     retention._worker_set(text, text), retention._worker_pause(text, text),
     retention._worker_visit_end(text, bigint[], float8), retention._worker_cycle_cap(bigint, text[]),
     retention._scrub_due(), retention._scrub_check(bigint, boolean)
@@ -1193,16 +980,14 @@ GRANT EXECUTE ON FUNCTION retention._run_order(text), retention._lock_key(bigint
 -- retention_admin and the archiver (its /metrics).
 GRANT EXECUTE ON FUNCTION retention.metrics() TO pg_monitor, retention_admin, retention_archiver;
 -- Erasure outranks holds, so it has its own role (not granted to retention_admin).
-GRANT EXECUTE ON FUNCTION retention.erase(regclass, text, text, text),
-    retention._erase_step(regclass, text, text, text, int)
-    TO retention_eraser;
+GRANT EXECUTE ON FUNCTION retention.erase(regclass, text, text, text) TO retention_eraser;
 GRANT EXECUTE ON PROCEDURE retention.erase_in_batches(regclass, text, text, text, int, bigint)
     TO retention_eraser;
 -- One scrape of the archiver shows the whole system.
 GRANT SELECT ON retention.stats TO retention_archiver;
 -- The guard trigger needs no grant: PostgreSQL checks EXECUTE on a trigger function when the
 -- trigger is made (by the extension's owner, guard.rs), not when it fires; it is SECURITY
--- DEFINER, and calls retention._fixpoint_eligible as the extension's owner.
+-- DEFINER, and reads the catalog as the extension's owner.
 -- What the statements that run as a policy's owner call (see pg_retention/src/author.rs).
 GRANT EXECUTE ON FUNCTION retention._hold_count(oid), retention._hold_matches(bigint, anyelement),
     retention._consumer_pins(bigint), retention._consumer_positions(bigint), retention._live_batches(oid),

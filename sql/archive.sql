@@ -7,7 +7,7 @@ CREATE TABLE retention.batches (
     policy_version integer NOT NULL,
     relation       regclass NOT NULL,
     relation_name  text NOT NULL,
-    state          text NOT NULL CHECK (state IN ('claimed', 'pruned', 'released', 'expired')),
+    state          text NOT NULL CHECK (state IN ('claimed', 'pruned', 'released', 'expired', 'archived')),
     owner          text,
     rows           bigint NOT NULL,
     -- The batch's lowest and highest key. A live batch's range is not claimed by anyone else,
@@ -52,7 +52,29 @@ ALTER TABLE retention.batch_keys ALTER COLUMN keys SET STORAGE EXTERNAL,
                                  ALTER COLUMN ctids SET STORAGE EXTERNAL,
                                  ALTER COLUMN xmins SET STORAGE EXTERNAL;
 
--- Every verified archive object whose rows were pruned. Never pruned, never changed.
+-- The rows archived and kept, per policy (an `archive` policy keeps them; a two-window
+-- `archive_then_delete` one until `delete_after`): the text of each primary-key column, and
+-- the batch whose verified archive holds them. A claim of the policy never takes them again
+-- (archive/claim.rs): it runs as the policy's owner (a member of retention_admin), who reads
+-- here the rows of the policies they own, and nothing else (row-level security); only the
+-- extension writes (catalog/archived_rows.rs). A row's entry goes when the row is deleted, or changes and is to be
+-- archived again.
+CREATE TABLE retention.archived_rows (
+    policy_id bigint NOT NULL REFERENCES retention.policy_ids (id),
+    key       text[] NOT NULL,
+    batch_id  uuid NOT NULL REFERENCES retention.batches (id),
+    -- The policy's owner: whose claims read the entry.
+    owner     regrole NOT NULL,
+    PRIMARY KEY (policy_id, key)
+);
+CREATE INDEX archived_rows_batch ON retention.archived_rows (batch_id);
+ALTER TABLE retention.archived_rows ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_reads ON retention.archived_rows FOR SELECT
+    USING (owner = current_user::text::regrole);
+GRANT SELECT ON retention.archived_rows TO retention_admin;
+
+-- Every verified archive object: its rows pruned, or kept (deleted 0; see archived_rows).
+-- Never pruned, never changed.
 CREATE TABLE retention.archive_records (
     id            bigserial PRIMARY KEY,
     batch         uuid NOT NULL UNIQUE REFERENCES retention.batches (id),
@@ -82,6 +104,35 @@ CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.archive_expirati
     FOR EACH ROW EXECUTE FUNCTION retention._refuse_change();
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirations
     FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
+
+-- The archiver's expire operations (docs/archiver.md), one row each, where each stands; written
+-- only by catalog/expire_operation.rs (retention.expire_prepare makes the row and
+-- retention.expire_record moves it at each apply). `prepared` until an apply deletes or refuses
+-- (one before the quiescence interval ended, `not_ready`, changes nothing but `applies`);
+-- `partial` when an apply deleted some planned keys (the next goes on with the rest);
+-- `refused` when the last apply found the state changed since the plan (nothing more deleted;
+-- another apply checks again, a new plan names the objects now); `completed` once every
+-- planned key is deleted and the archives are marked expired (final). deleted_keys: every key
+-- its applies deleted, each once. The ledger's expire_prepare and expire_apply entries are the
+-- history; the state is read from here only.
+CREATE TABLE retention.expire_operations (
+    operation    uuid PRIMARY KEY,
+    prepared_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    prepared_by  text NOT NULL CHECK (prepared_by <> ''),
+    plan_sha256  text NOT NULL CHECK (plan_sha256 ~ '^[0-9a-f]{64}$'),
+    quiescence   interval NOT NULL CHECK (quiescence >= interval '0'),
+    archive_ids  bigint[] NOT NULL CHECK (cardinality(archive_ids) > 0),
+    objects      bigint NOT NULL,
+    bytes        bigint NOT NULL,
+    tombstone    text NOT NULL,
+    state        text NOT NULL DEFAULT 'prepared'
+                 CHECK (state IN ('prepared', 'partial', 'refused', 'completed')),
+    applies      bigint NOT NULL DEFAULT 0,
+    deleted_keys text[] NOT NULL DEFAULT '{}',
+    last_outcome text CHECK (last_outcome IN ('completed', 'partial', 'refused', 'not_ready')),
+    updated_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    CHECK ((applies = 0) = (last_outcome IS NULL))
+);
 
 -- This database's archive namespace: the first segment of every object key it writes, so
 -- databases sharing an object store never touch each other's objects (docs/archiver.md). One
@@ -139,8 +190,10 @@ CREATE INDEX supersessions_request ON retention.supersessions (request_ref);
 
 SELECT pg_catalog.pg_extension_config_dump('retention.batches', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.batch_keys', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.archived_rows', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_records', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_records_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_expirations', '');
+SELECT pg_catalog.pg_extension_config_dump('retention.expire_operations', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.supersessions', '');
 SELECT pg_catalog.pg_extension_config_dump('retention.supersessions_id_seq', '');

@@ -58,7 +58,7 @@ CREATE TABLE retention.policy_versions (
     order_by         text,
     keep             integer,
     min_keep         integer,
-    action           text NOT NULL CHECK (action IN ('delete', 'archive_then_delete')),
+    action           text NOT NULL CHECK (action IN ('delete', 'archive_then_delete', 'archive')),
     batch_size       integer NOT NULL,
     max_rows_per_run bigint NOT NULL,
     enabled          boolean NOT NULL,
@@ -98,6 +98,7 @@ CREATE TABLE retention.policy_versions (
     mutable_columns      text[],
     mutable_guard        text,
     record_keys          boolean,
+    delete_after         interval,
     PRIMARY KEY (policy_id, version)
 );
 
@@ -241,7 +242,7 @@ CREATE TABLE retention.ledger_entries (
         -- Every method there is: catalog/ledger.rs's LedgerMethod, which a test compares with it.
         CONSTRAINT ledger_entries_method CHECK (method IN (
         'prune', 'hold_skip', 'cap_reached', 'error', 'run', 'hold_place', 'hold_lift',
-        'claim', 'resume', 'release', 'lease_expired', 'lower_floor', 'drop_partition',
+        'claim', 'archive', 'resume', 'release', 'lease_expired', 'lower_floor', 'drop_partition',
         'drop_skipped', 'orphan_sweep', 'consumer_register', 'consumer_unregister',
         'erasure', 'hold_collision', 'supersede', 'pause', 'reference_skip',
         'erasure_scrub', 'skip_locked', 'worker_crash', 'cycle_cap', 'expire_prepare',
@@ -258,7 +259,8 @@ CREATE TABLE retention.ledger_entries (
     detail         jsonb NOT NULL DEFAULT '{}'
 );
 CREATE INDEX ledger_entries_policy ON retention.ledger_entries (policy_id, method, at);
--- An archive expire operation is found by its id (retention.expire_state, expire_prepare).
+-- An archive expire operation's history is found by its id (its state is
+-- retention.expire_operations').
 CREATE INDEX ledger_entries_expire_operation ON retention.ledger_entries ((detail->>'operation'))
     WHERE method IN ('expire_prepare', 'expire_apply');
 -- An erasure request is found by its reference (retention.erasures).

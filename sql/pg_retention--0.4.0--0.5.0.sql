@@ -5,8 +5,9 @@
 -- report_position, unregister_consumer, consumer_status; the retention.consumers view), the
 -- retention_consumer role, and preview's pinned column; and archives that expire under the
 -- same governance: archive_keep on policies (policy_versions.archive_keep), the archive
--- expirations index (retention.archive_expirations, retention.archives.expired_at) and the
--- functions the archiver's `expire` calls; the kinds `unreferenced` and `orphan` (with
+-- expirations index (retention.archive_expirations, retention.archives.expired_at), the
+-- functions the archiver's `expire` calls and their operations' state
+-- (retention.expire_operations); the kinds `unreferenced` and `orphan` (with
 -- lease_table, lease_key, lease_expiry); and paced sweeps (pg_retention.max_replica_lag,
 -- max_wal_rate: retention.wal_budget, worker_state.paused_since and pause_reason, the
 -- ledger's pause entries in retention.stats); erasure (retention.erase, erase_in_batches, the
@@ -62,6 +63,28 @@ CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.archive_expirati
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirations
     FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_expirations', '');
+
+-- The archiver's expire operations, where each stands (sql/archive.sql); new in 0.5.0 with the
+-- functions that write it, so there is nothing to carry over.
+CREATE TABLE retention.expire_operations (
+    operation    uuid PRIMARY KEY,
+    prepared_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    prepared_by  text NOT NULL CHECK (prepared_by <> ''),
+    plan_sha256  text NOT NULL CHECK (plan_sha256 ~ '^[0-9a-f]{64}$'),
+    quiescence   interval NOT NULL CHECK (quiescence >= interval '0'),
+    archive_ids  bigint[] NOT NULL CHECK (cardinality(archive_ids) > 0),
+    objects      bigint NOT NULL,
+    bytes        bigint NOT NULL,
+    tombstone    text NOT NULL,
+    state        text NOT NULL DEFAULT 'prepared'
+                 CHECK (state IN ('prepared', 'partial', 'refused', 'completed')),
+    applies      bigint NOT NULL DEFAULT 0,
+    deleted_keys text[] NOT NULL DEFAULT '{}',
+    last_outcome text CHECK (last_outcome IN ('completed', 'partial', 'refused', 'not_ready')),
+    updated_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    CHECK ((applies = 0) = (last_outcome IS NULL))
+);
+SELECT pg_catalog.pg_extension_config_dump('retention.expire_operations', '');
 
 ALTER TABLE retention.worker_state ADD COLUMN paused_since timestamptz, ADD COLUMN pause_reason text,
     ADD COLUMN last_visit_end timestamptz, ADD COLUMN cycle_resume bigint[];
@@ -151,10 +174,32 @@ ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN
     ADD COLUMN max_table_rows bigint CHECK (max_table_rows > 0),
     ADD COLUMN mutable_columns text[], ADD COLUMN mutable_guard text,
     ADD COLUMN record_keys boolean;
+-- Archive-and-keep policies and the two-window form (archive/deferred.rs): the action
+-- 'archive', delete_after, batches archived with their rows kept, and those rows' keys.
+ALTER TABLE retention.policy_versions ADD COLUMN delete_after interval,
+    DROP CONSTRAINT policy_versions_action_check,
+    ADD CONSTRAINT policy_versions_action_check
+        CHECK (action IN ('delete', 'archive_then_delete', 'archive'));
+ALTER TABLE retention.batches DROP CONSTRAINT batches_state_check,
+    ADD CONSTRAINT batches_state_check
+        CHECK (state IN ('claimed', 'pruned', 'released', 'expired', 'archived'));
+CREATE TABLE retention.archived_rows (
+    policy_id bigint NOT NULL REFERENCES retention.policy_ids (id),
+    key       text[] NOT NULL,
+    batch_id  uuid NOT NULL REFERENCES retention.batches (id),
+    owner     regrole NOT NULL,
+    PRIMARY KEY (policy_id, key)
+);
+CREATE INDEX archived_rows_batch ON retention.archived_rows (batch_id);
+ALTER TABLE retention.archived_rows ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_reads ON retention.archived_rows FOR SELECT
+    USING (owner = current_user::text::regrole);
+GRANT SELECT ON retention.archived_rows TO retention_admin;
+SELECT pg_catalog.pg_extension_config_dump('retention.archived_rows', '');
 ALTER TABLE retention.hold_records ADD COLUMN enforced boolean NOT NULL DEFAULT false;
 ALTER TABLE retention.ledger_entries ADD CONSTRAINT ledger_entries_method CHECK (method IN (
         'prune', 'hold_skip', 'cap_reached', 'error', 'run', 'hold_place', 'hold_lift',
-        'claim', 'resume', 'release', 'lease_expired', 'lower_floor', 'drop_partition',
+        'claim', 'archive', 'resume', 'release', 'lease_expired', 'lower_floor', 'drop_partition',
         'drop_skipped', 'orphan_sweep', 'consumer_register', 'consumer_unregister',
         'erasure', 'hold_collision', 'supersede', 'pause', 'reference_skip',
         'erasure_scrub', 'skip_locked', 'worker_crash', 'cycle_cap', 'expire_prepare',
@@ -287,7 +332,7 @@ This file is auto generated by pgrx.
 The ordering of items is not stable, it is driven by a dependency graph.
 */
 
--- pg_retention/src/lib.rs:33
+-- pg_retention/src/lib.rs:34
 -- bootstrap
 -- pg_retention bootstrap: runs first in the extension script.
 -- The schema `retention` is created by CREATE EXTENSION from the control file (schema = retention);
@@ -310,7 +355,7 @@ BEGIN
 END
 $fn$;
 
--- pg_retention/src/lib.rs:39
+-- pg_retention/src/lib.rs:40
 -- requires:
 --   catalog
 --   archive
@@ -325,7 +370,7 @@ SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_
        v.lease_key, v.lease_expiry, v.search_path,
        v.age_expression, v.age_table, v.age_table_column, v.age_pick,
        v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only,
-       v.max_table_rows, v.mutable_columns, v.mutable_guard, v.record_keys
+       v.max_table_rows, v.mutable_columns, v.mutable_guard, v.record_keys, v.delete_after
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -341,7 +386,7 @@ SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v
        v.lease_key, v.lease_expiry, v.search_path,
        v.age_expression, v.age_table, v.age_table_column, v.age_pick,
        v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only,
-       v.max_table_rows, v.mutable_columns, v.mutable_guard, v.record_keys
+       v.max_table_rows, v.mutable_columns, v.mutable_guard, v.record_keys, v.delete_after
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -404,7 +449,7 @@ JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN LATERAL (SELECT t.class, t.reason, t.classified_by, t.classified_at
                      FROM retention.table_classes t WHERE t.relation = c.oid
                     ORDER BY t.id DESC LIMIT 1) k ON true
-LEFT JOIN (SELECT p.relation::oid AS relid, bool_or(p.action = 'archive_then_delete') AS archive,
+LEFT JOIN (SELECT p.relation::oid AS relid, bool_or(p.action IN ('archive_then_delete', 'archive')) AS archive,
                   array_agg(p.name ORDER BY p.name) AS policies
              FROM retention.policies p GROUP BY p.relation) g ON g.relid = c.oid
 WHERE c.relkind IN ('r', 'p')
@@ -509,7 +554,7 @@ JOIN retention.policy_ids p ON p.id = c.policy_id
 WHERE p.dropped_at IS NULL;
 GRANT SELECT ON retention.consumers TO retention_admin;
 
--- pg_retention/src/lib.rs:49
+-- pg_retention/src/lib.rs:50
 -- requires:
 --   views
 
@@ -684,7 +729,7 @@ CREATE OR REPLACE FUNCTION "_archive_holds"(
 	"archive_id" bigint, /* i64 */
 	"slice" bytea, /* & [u8] */
 	"columns" TEXT[] /* Vec < Option < String > > */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bigint[] /* Vec < i64 > */
 STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
@@ -700,20 +745,17 @@ VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_bound_wrapper';
 
--- pg_retention/src/api/archive.rs:126
+-- pg_retention/src/api/archive.rs:134
 -- pg_retention::api::archive::_batch_frames
 CREATE OR REPLACE FUNCTION "_batch_frames"(
 	"batch" TEXT /* & str */
-) RETURNS TABLE (
-	"error" jsonb,  /* Option < pgrx :: JsonB > */
-	"frame" bytea  /* :: std :: option :: Option < Vec < u8 > > */
-)
+) RETURNS SETOF bytea /* Vec < u8 > */
 STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_frames_wrapper';
 
--- pg_retention/src/api/archive.rs:116
+-- pg_retention/src/api/archive.rs:124
 -- pg_retention::api::archive::_batch_manifest
 CREATE OR REPLACE FUNCTION "_batch_manifest"(
 	"batch" TEXT, /* & str */
@@ -735,14 +777,11 @@ STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_batch_quota_wrapper';
 
--- pg_retention/src/api/archive.rs:146
+-- pg_retention/src/api/archive.rs:142
 -- pg_retention::api::archive::_batch_slice
 CREATE OR REPLACE FUNCTION "_batch_slice"(
 	"batch" TEXT /* & str */
-) RETURNS TABLE (
-	"result" jsonb,  /* pgrx :: JsonB */
-	"slice" bytea  /* :: std :: option :: Option < Vec < u8 > > */
-)
+) RETURNS bytea /* Vec < u8 > */
 STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
@@ -757,19 +796,19 @@ STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_below_wrapper';
 
--- pg_retention/src/api/archive.rs:11
+-- pg_retention/src/api/archive.rs:10
 -- pg_retention::api::archive::_claim_batch
 CREATE OR REPLACE FUNCTION "_claim_batch"(
 	"policy" TEXT, /* Option < & str > */
 	"max_rows" INT, /* Option < i32 > */
 	"lease" TEXT, /* Option < & str > */
 	"owner" TEXT /* Option < & str > */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS TEXT /* Option < String > */
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_claim_batch_wrapper';
 
--- pg_retention/src/api/archive.rs:79
+-- pg_retention/src/api/archive.rs:77
 -- pg_retention::api::archive::_claim_next
 CREATE OR REPLACE FUNCTION "_claim_next"(
 	"policy" TEXT, /* Option < & str > */
@@ -777,12 +816,17 @@ CREATE OR REPLACE FUNCTION "_claim_next"(
 	"lease" TEXT, /* Option < & str > */
 	"owner" TEXT, /* Option < & str > */
 	"resume" bool /* Option < bool > */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS TABLE (
+	"batch" TEXT,  /* Option < String > */
+	"bytes" bigint,  /* Option < i64 > */
+	"more" bool,  /* bool */
+	"manifest" jsonb  /* Option < pgrx :: JsonB > */
+)
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_claim_next_wrapper';
 
--- pg_retention/src/api/archive.rs:49
+-- pg_retention/src/api/archive.rs:48
 -- pg_retention::api::archive::_claim_slice
 CREATE OR REPLACE FUNCTION "_claim_slice"(
 	"policy" TEXT, /* Option < & str > */
@@ -791,7 +835,7 @@ CREATE OR REPLACE FUNCTION "_claim_slice"(
 	"owner" TEXT, /* Option < & str > */
 	"resume" bool /* Option < bool > */
 ) RETURNS TABLE (
-	"result" jsonb,  /* pgrx :: JsonB */
+	"batch" TEXT,  /* Option < String > */
 	"slice" bytea,  /* :: std :: option :: Option < Vec < u8 > > */
 	"more" bool  /* bool */
 )
@@ -805,13 +849,13 @@ CREATE OR REPLACE FUNCTION "_classify"(
 	"relation" oid, /* pg_sys :: Oid */
 	"class" TEXT, /* & str */
 	"reason" TEXT /* & str */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS void
 STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_classify_wrapper';
 
--- pg_retention/src/api/archive.rs:183
+-- pg_retention/src/api/archive.rs:174
 -- pg_retention::api::archive::_complete_batch
 CREATE OR REPLACE FUNCTION "_complete_batch"(
 	"batch" TEXT, /* Option < & str > */
@@ -820,34 +864,40 @@ CREATE OR REPLACE FUNCTION "_complete_batch"(
 	"rows" bigint, /* Option < i64 > */
 	"bytes" bigint, /* Option < i64 > */
 	"owner" TEXT /* Option < & str > */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bigint /* i64 */
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_complete_batch_wrapper';
 
--- pg_retention/src/api/consumer.rs:313
+-- pg_retention/src/api/consumer.rs:310
 -- pg_retention::api::consumer::_consumer_status
 CREATE OR REPLACE FUNCTION "_consumer_status"(
 	"policy" TEXT, /* & str */
 	"consumer" TEXT /* & str */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS TABLE (
+	"epoch" bigint,  /* i64 */
+	"floor" TEXT,  /* Option < String > */
+	"requires_bootstrap" bool,  /* bool */
+	"lease_expires_at" TEXT,  /* String */
+	"pinning" bool  /* bool */
+)
 STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_consumer_status_wrapper';
 
--- pg_retention/src/api/policy.rs:357
+-- pg_retention/src/api/policy.rs:380
 -- pg_retention::api::policy::_define_policy
 CREATE OR REPLACE FUNCTION "_define_policy"(
 	"change" TEXT, /* & str */
 	"spec" jsonb /* pgrx :: JsonB */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bigint /* i64 */
 STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_define_policy_wrapper';
 
--- pg_retention/src/api/preview.rs:132
+-- pg_retention/src/api/preview.rs:136
 -- pg_retention::api::preview::_doctor
 CREATE OR REPLACE FUNCTION "_doctor"(
 	"policy_id" bigint /* i64 */
@@ -861,35 +911,6 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_doctor_wrapper';
 
--- pg_retention/src/hold_guard.rs:149
--- pg_retention::hold_guard::_enforced_hold
-CREATE OR REPLACE FUNCTION "_enforced_hold"(
-	"relation" oid, /* pg_sys :: Oid */
-	"row" anyelement /* pgrx :: AnyElement */
-) RETURNS TABLE (
-	"hold_id" bigint,  /* Option < i64 > */
-	"actor" TEXT,  /* Option < String > */
-	"reason" TEXT  /* Option < String > */
-)
-STRICT
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_enforced_hold_wrapper';
-
--- pg_retention/src/hold_guard.rs:169
--- pg_retention::hold_guard::_enforced_hold_on
-CREATE OR REPLACE FUNCTION "_enforced_hold_on"(
-	"relation" oid /* pg_sys :: Oid */
-) RETURNS TABLE (
-	"hold_id" bigint,  /* Option < i64 > */
-	"actor" TEXT,  /* Option < String > */
-	"reason" TEXT  /* Option < String > */
-)
-STRICT
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_enforced_hold_on_wrapper';
-
 -- pg_retention/src/api/erasure.rs:13
 -- pg_retention::api::erasure::_erase
 CREATE OR REPLACE FUNCTION "_erase"(
@@ -898,35 +919,27 @@ CREATE OR REPLACE FUNCTION "_erase"(
 	"request_ref" TEXT, /* Option < & str > */
 	"actor" TEXT, /* Option < & str > */
 	"batch_rows" INT /* Option < i32 > */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS TABLE (
+	"deleted" bigint,  /* i64 */
+	"done" bool,  /* bool */
+	"pending_archives" bigint  /* i64 */
+)
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_erase_wrapper';
 
--- pg_retention/src/api/archive.rs:160
+-- pg_retention/src/api/archive.rs:150
 -- pg_retention::api::archive::_extend_lease
 CREATE OR REPLACE FUNCTION "_extend_lease"(
 	"batch" TEXT, /* & str */
 	"lease" TEXT /* & str */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS TEXT /* String */
 STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_extend_lease_wrapper';
 
--- pg_retention/src/guard.rs:153
--- pg_retention::guard::_fixpoint_eligible
-CREATE OR REPLACE FUNCTION "_fixpoint_eligible"(
-	"policy_id" bigint, /* i64 */
-	"relation" oid, /* pg_sys :: Oid */
-	"row" anyelement /* pgrx :: AnyElement */
-) RETURNS bool /* bool */
-STRICT STABLE SECURITY DEFINER PARALLEL RESTRICTED
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_fixpoint_eligible_wrapper';
-
--- pg_retention/src/api/hold.rs:158
+-- pg_retention/src/api/hold.rs:157
 -- pg_retention::api::hold::_hold_matches
 CREATE OR REPLACE FUNCTION "_hold_matches"(
 	"hold_id" bigint, /* i64 */
@@ -937,31 +950,31 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_hold_matches_wrapper';
 
--- pg_retention/src/api/hold.rs:108
+-- pg_retention/src/api/hold.rs:107
 -- pg_retention::api::hold::_lift_hold
 CREATE OR REPLACE FUNCTION "_lift_hold"(
 	"hold_id" bigint, /* i64 */
 	"actor" TEXT, /* & str */
 	"reason" TEXT /* & str */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS void
 STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_lift_hold_wrapper';
 
--- pg_retention/src/api/policy.rs:427
+-- pg_retention/src/api/policy.rs:450
 -- pg_retention::api::policy::_link_windows
 CREATE OR REPLACE FUNCTION "_link_windows"(
 	"producer" TEXT, /* & str */
 	"consumer" TEXT, /* & str */
 	"margin" TEXT /* & str */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS void
 STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_link_windows_wrapper';
 
--- pg_retention/src/api/policy.rs:336
+-- pg_retention/src/api/policy.rs:358
 -- pg_retention::api::policy::_lower_floor
 CREATE OR REPLACE FUNCTION "_lower_floor"(
 	"policy" TEXT, /* Option < & str > */
@@ -969,7 +982,7 @@ CREATE OR REPLACE FUNCTION "_lower_floor"(
 	"window_floor" TEXT, /* Option < & str > */
 	"actor" TEXT, /* Option < & str > */
 	"reason" TEXT /* Option < & str > */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bigint /* i64 */
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_lower_floor_wrapper';
@@ -981,18 +994,6 @@ STRICT STABLE SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_missing_archives_wrapper';
-
--- pg_retention/src/guard.rs:187
--- pg_retention::guard::_only_mutable_changed
-CREATE OR REPLACE FUNCTION "_only_mutable_changed"(
-	"policy_id" bigint, /* i64 */
-	"old" jsonb, /* pgrx :: JsonB */
-	"new" jsonb /* pgrx :: JsonB */
-) RETURNS bool /* bool */
-STRICT STABLE SECURITY DEFINER PARALLEL RESTRICTED
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_only_mutable_changed_wrapper';
 
 -- pg_retention/src/api/worker.rs:92
 -- pg_retention::api::worker::_overdue
@@ -1013,13 +1014,13 @@ CREATE OR REPLACE FUNCTION "_place_hold"(
 	"reason" TEXT, /* & str */
 	"actor" TEXT, /* & str */
 	"enforce" bool /* bool */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bigint /* i64 */
 STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_place_hold_wrapper';
 
--- pg_retention/src/api/hold.rs:116
+-- pg_retention/src/api/hold.rs:115
 -- pg_retention::api::hold::_predicate_problem
 CREATE OR REPLACE FUNCTION "_predicate_problem"(
 	"relation" oid, /* pg_sys :: Oid */
@@ -1045,31 +1046,42 @@ AS 'MODULE_PATHNAME', '_preloaded_wrapper';
 CREATE OR REPLACE FUNCTION "_prune"(
 	"policy" TEXT, /* & str */
 	"keys" jsonb /* pgrx :: JsonB */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bigint /* i64 */
 STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_prune_wrapper';
 
--- pg_retention/src/api/consumer.rs:161
+-- pg_retention/src/api/archive.rs:199
+-- pg_retention::api::archive::_prune_archived
+CREATE OR REPLACE FUNCTION "_prune_archived"(
+	"policy" TEXT, /* & str */
+	"max_batches" INT /* i32 */
+) RETURNS bigint /* i64 */
+STRICT
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_prune_archived_wrapper';
+
+-- pg_retention/src/api/consumer.rs:160
 -- pg_retention::api::consumer::_register_consumer
 CREATE OR REPLACE FUNCTION "_register_consumer"(
 	"policy" TEXT, /* Option < & str > */
 	"consumer" TEXT, /* Option < & str > */
 	"lease" TEXT, /* Option < & str > */
 	"reporter" oid /* Option < pg_sys :: Oid > */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bigint /* i64 */
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_register_consumer_wrapper';
 
--- pg_retention/src/api/archive.rs:168
+-- pg_retention/src/api/archive.rs:158
 -- pg_retention::api::archive::_release_batch
 CREATE OR REPLACE FUNCTION "_release_batch"(
 	"batch" TEXT, /* Option < & str > */
 	"reason" TEXT, /* Option < & str > */
 	"cause" TEXT /* Option < & str > */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bool /* bool */
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_release_batch_wrapper';
@@ -1081,46 +1093,76 @@ CREATE OR REPLACE FUNCTION "_report_position"(
 	"consumer" TEXT, /* & str */
 	"epoch" bigint, /* i64 */
 	"position" TEXT /* & str */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS TEXT /* Option < String > */
 STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_report_position_wrapper';
 
--- pg_retention/src/api/sweep.rs:144
+-- pg_retention/src/api/checks.rs:29
+-- pg_retention::api::checks::_require_positive
+CREATE OR REPLACE FUNCTION "_require_positive"(
+	"name" TEXT, /* Option < & str > */
+	"value" TEXT, /* Option < & str > */
+	"detail" TEXT, /* Option < & str > */
+	"hint" TEXT /* Option < & str > */
+) RETURNS void
+IMMUTABLE
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_require_positive_wrapper';
+
+-- pg_retention/src/api/sweep.rs:31
+-- pg_retention::api::sweep::_run_advance
+CREATE OR REPLACE FUNCTION "_run_advance"(
+	"token" bigint /* Option < i64 > */
+) RETURNS double precision /* Option < f64 > */
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_run_advance_wrapper';
+
+-- pg_retention/src/api/sweep.rs:21
 -- pg_retention::api::sweep::_run_begin
 CREATE OR REPLACE FUNCTION "_run_begin"(
-	"policy_id" bigint, /* Option < i64 > */
-	"actor" TEXT, /* Option < & str > */
-	"cycle_remaining" bigint, /* Option < i64 > */
-	"contained" bool /* Option < bool > */
-) RETURNS jsonb /* Option < pgrx :: JsonB > */
+	"policy_id" bigint /* Option < i64 > */
+) RETURNS bigint /* Option < i64 > */
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_begin_wrapper';
 
--- pg_retention/src/api/sweep.rs:292
+-- pg_retention/src/api/sweep.rs:95
 -- pg_retention::api::sweep::_run_end
 CREATE OR REPLACE FUNCTION "_run_end"(
-	"state" jsonb, /* pgrx :: JsonB */
-	"contained" bool /* bool */
-) RETURNS jsonb /* pgrx :: JsonB */
-STRICT SECURITY DEFINER
+	"token" bigint /* Option < i64 > */
+) RETURNS TABLE (
+	"outcome" TEXT,  /* String */
+	"deleted" bigint,  /* i64 */
+	"batches" bigint,  /* i64 */
+	"dropped" bigint,  /* i64 */
+	"reason" TEXT  /* Option < String > */
+)
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_run_end_wrapper';
 
--- pg_retention/src/api/sweep.rs:234
--- pg_retention::api::sweep::_run_pace
-CREATE OR REPLACE FUNCTION "_run_pace"(
-	"state" jsonb /* pgrx :: JsonB */
-) RETURNS jsonb /* pgrx :: JsonB */
-STRICT SECURITY DEFINER
+-- pg_retention/src/api/sweep.rs:59
+-- pg_retention::api::sweep::_run_progress
+CREATE OR REPLACE FUNCTION "_run_progress"(
+	"token" bigint /* Option < i64 > */
+) RETURNS TABLE (
+	"outcome" TEXT,  /* String */
+	"deleted" bigint,  /* i64 */
+	"batches" bigint,  /* i64 */
+	"dropped" bigint,  /* i64 */
+	"reason" TEXT,  /* Option < String > */
+	"done" bool,  /* bool */
+	"next" TEXT  /* String */
+)
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_run_pace_wrapper';
+AS 'MODULE_PATHNAME', '_run_progress_wrapper';
 
--- pg_retention/src/api/erasure.rs:106
+-- pg_retention/src/api/erasure.rs:115
 -- pg_retention::api::erasure::_scrub_check
 CREATE OR REPLACE FUNCTION "_scrub_check"(
 	"id" bigint, /* i64 */
@@ -1131,7 +1173,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_scrub_check_wrapper';
 
--- pg_retention/src/api/erasure.rs:93
+-- pg_retention/src/api/erasure.rs:102
 -- pg_retention::api::erasure::_scrub_due
 CREATE OR REPLACE FUNCTION "_scrub_due"() RETURNS TABLE (
 	"id" bigint,  /* i64 */
@@ -1150,7 +1192,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_served_wrapper';
 
--- pg_retention/src/api/policy.rs:392
+-- pg_retention/src/api/policy.rs:415
 -- pg_retention::api::policy::_set_policy_state
 CREATE OR REPLACE FUNCTION "_set_policy_state"(
 	"name" TEXT, /* & str */
@@ -1161,30 +1203,30 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_set_policy_state_wrapper';
 
--- pg_retention/src/api/erasure.rs:84
+-- pg_retention/src/api/erasure.rs:93
 -- pg_retention::api::erasure::_supersession_done
 CREATE OR REPLACE FUNCTION "_supersession_done"(
 	"supersession" bigint, /* i64 */
 	"actor" TEXT /* & str */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bool /* bool */
 STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_supersession_done_wrapper';
 
--- pg_retention/src/api/erasure.rs:35
+-- pg_retention/src/api/erasure.rs:44
 -- pg_retention::api::erasure::_supersession_matches
 CREATE OR REPLACE FUNCTION "_supersession_matches"(
 	"supersession" bigint, /* i64 */
 	"slice" bytea, /* & [u8] */
 	"columns" TEXT[] /* Vec < Option < String > > */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bigint[] /* Vec < i64 > */
 STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_supersession_matches_wrapper';
 
--- pg_retention/src/api/erasure.rs:58
+-- pg_retention/src/api/erasure.rs:66
 -- pg_retention::api::erasure::_supersession_rewritten
 CREATE OR REPLACE FUNCTION "_supersession_rewritten"(
 	"supersession" bigint, /* i64 */
@@ -1194,32 +1236,22 @@ CREATE OR REPLACE FUNCTION "_supersession_rewritten"(
 	"rows" bigint, /* i64 */
 	"bytes" bigint, /* i64 */
 	"supersedes" TEXT /* & str */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bool /* bool */
 STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_supersession_rewritten_wrapper';
 
--- pg_retention/src/api/erasure.rs:50
+-- pg_retention/src/api/erasure.rs:58
 -- pg_retention::api::erasure::_supersession_unaffected
 CREATE OR REPLACE FUNCTION "_supersession_unaffected"(
 	"supersession" bigint, /* i64 */
 	"reason" TEXT /* & str */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS bool /* bool */
 STRICT SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_supersession_unaffected_wrapper';
-
--- pg_retention/src/api/sweep.rs:190
--- pg_retention::api::sweep::_sweep_step_safe
-CREATE OR REPLACE FUNCTION "_sweep_step_safe"(
-	"state" jsonb /* pgrx :: JsonB */
-) RETURNS jsonb /* pgrx :: JsonB */
-STRICT SECURITY DEFINER
-SET search_path TO pg_catalog, pg_temp
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', '_sweep_step_safe_wrapper';
 
 -- pg_retention/src/catalog/tree.rs:98
 -- pg_retention::catalog::tree::_tree_of
@@ -1230,12 +1262,12 @@ STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_tree_of_wrapper';
 
--- pg_retention/src/api/consumer.rs:265
+-- pg_retention/src/api/consumer.rs:263
 -- pg_retention::api::consumer::_unregister_consumer
 CREATE OR REPLACE FUNCTION "_unregister_consumer"(
 	"policy" TEXT, /* & str */
 	"consumer" TEXT /* & str */
-) RETURNS jsonb /* pgrx :: JsonB */
+) RETURNS void
 STRICT
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
@@ -1276,7 +1308,18 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'candidates_wrapper';
 
--- pg_retention/src/api/archive.rs:105
+-- pg_retention/src/api/replay.rs:57
+-- pg_retention::api::replay::check_replay
+CREATE OR REPLACE FUNCTION "check_replay"(
+	"policy" TEXT, /* & str */
+	"from_ts" timestamp with time zone /* TimestampWithTimeZone */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+STRICT STABLE SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'check_replay_wrapper';
+
+-- pg_retention/src/api/archive.rs:113
 -- pg_retention::api::archive::claimed_slice
 CREATE OR REPLACE FUNCTION "claimed_slice"(
 	"batch" uuid /* pgrx :: Uuid */
@@ -1285,7 +1328,48 @@ STRICT
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'claimed_slice_wrapper';
 
--- pg_retention/src/api/preview.rs:71
+-- pg_retention/src/archive/expire_operation.rs:214
+-- pg_retention::archive::expire_operation::expire_prepare
+CREATE OR REPLACE FUNCTION "expire_prepare"(
+	"operation" uuid, /* Option < Uuid > */
+	"plan_sha256" TEXT, /* Option < & str > */
+	"quiescence" interval, /* Option < Interval > */
+	"archive_ids" bigint[], /* :: std :: option :: Option < Vec < Option < i64 > > > */
+	"objects" bigint, /* Option < i64 > */
+	"bytes" bigint, /* Option < i64 > */
+	"tombstone" TEXT, /* Option < & str > */
+	"actor" TEXT /* Option < & str > */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+SECURITY DEFINER 
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'expire_prepare_sql_wrapper';
+
+-- pg_retention/src/archive/expire_operation.rs:261
+-- pg_retention::archive::expire_operation::expire_record
+CREATE OR REPLACE FUNCTION "expire_record"(
+	"operation" uuid, /* Option < Uuid > */
+	"outcome" TEXT, /* Option < & str > */
+	"deleted_keys" TEXT[], /* :: std :: option :: Option < Vec < Option < String > > > */
+	"detail" jsonb, /* Option < pgrx :: JsonB > */
+	"actor" TEXT /* Option < & str > */
+) RETURNS void
+SECURITY DEFINER 
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'expire_record_sql_wrapper';
+
+-- pg_retention/src/archive/expire_operation.rs:245
+-- pg_retention::archive::expire_operation::expire_state
+CREATE OR REPLACE FUNCTION "expire_state"(
+	"operation" uuid /* Option < Uuid > */
+) RETURNS jsonb /* Option < pgrx :: JsonB > */
+STABLE SECURITY DEFINER 
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'expire_state_sql_wrapper';
+
+-- pg_retention/src/api/preview.rs:74
 -- pg_retention::api::preview::preview
 CREATE OR REPLACE FUNCTION "preview"(
 	"policy" TEXT DEFAULT NULL /* Option < & str > */
@@ -1302,14 +1386,15 @@ CREATE OR REPLACE FUNCTION "preview"(
 	"referenced" bigint,  /* i64 */
 	"table_would_delete" bigint,  /* i64 */
 	"index_hint" TEXT,  /* Option < String > */
-	"hidden_rows" bigint  /* Option < i64 > */
+	"hidden_rows" bigint,  /* Option < i64 > */
+	"would_archive" bigint  /* i64 */
 )
 SECURITY DEFINER
 SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'preview_wrapper';
 
--- pg_retention/src/api/preview.rs:112
+-- pg_retention/src/api/preview.rs:116
 -- pg_retention::api::preview::preview_partitions
 CREATE OR REPLACE FUNCTION "preview_partitions"(
 	"policy" TEXT /* & str */
@@ -1337,6 +1422,16 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'record_archive_verification_wrapper';
 
+-- pg_retention/src/api/replay.rs:29
+-- pg_retention::api::replay::replay_floor
+CREATE OR REPLACE FUNCTION "replay_floor"(
+	"policy" TEXT /* & str */
+) RETURNS timestamp with time zone /* TimestampWithTimeZone */
+STRICT STABLE SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'replay_floor_wrapper';
+
 -- pg_retention/src/archive/namespace.rs:88
 -- pg_retention::archive::namespace::set_archive_namespace
 CREATE OR REPLACE FUNCTION "set_archive_namespace"(
@@ -1354,7 +1449,7 @@ IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'version_wrapper';
 
--- pg_retention/src/lib.rs:54
+-- pg_retention/src/lib.rs:55
 -- finalize
 -- pg_retention public SQL surface. Thin wrappers over the Rust internals (the `_` functions),
 -- plus the parts that are plain SQL: raising typed errors, run ordering, the run procedure,
@@ -1364,32 +1459,12 @@ AS 'MODULE_PATHNAME', 'version_wrapper';
 -- the archive claims and leases) are SECURITY INVOKER, and so are their Rust internals, which
 -- note the role in force as the caller before taking the owner's privileges
 -- (src/identity.rs): a SECURITY DEFINER wrapper would make every caller the owner.
-
--- Unwraps a result from a Rust internal: returns its value, or raises its error with the
--- SQLSTATE, message, detail and hint it carries. Errors are raised here, in plpgsql, because
--- pgrx re-raises errors of our own SQLSTATE class (RT) as XX000 when they cross Rust code.
-CREATE OR REPLACE FUNCTION retention._result(r jsonb) RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog AS $fn$
-DECLARE
-    e jsonb := r->'error';
-    code text := e->>'code';
-    msg text := e->>'message';
-    detail text := e->>'detail';
-    hint text := e->>'hint';
-BEGIN
-    IF e IS NULL THEN
-        RETURN r->'ok';
-    ELSIF detail IS NULL AND hint IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg;
-    ELSIF detail IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, HINT = hint;
-    ELSIF hint IS NULL THEN
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, DETAIL = detail;
-    ELSE
-        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = msg, DETAIL = detail, HINT = hint;
-    END IF;
-END
-$fn$;
+--
+-- Errors are raised by the Rust internals themselves, with their own SQLSTATEs (src/error.rs).
+-- A wrapper that is one SELECT of its internal, with no SET clause, is inlined by the planner,
+-- so an error it raises carries no frame of the wrapper; its internal is schema-qualified and
+-- pins its own search_path. The archive protocol's wrappers keep their SET clauses (they pin
+-- the settings rows render under), and so their frame.
 
 -- Why a predicate is unacceptable for a table (NULL when it is fine). Parse and analysis
 -- errors are caught here, in a subtransaction, and returned as their message.
@@ -1436,10 +1511,11 @@ CREATE OR REPLACE FUNCTION retention.add_policy(
     max_table_rows bigint DEFAULT NULL,
     mutable_columns text[] DEFAULT NULL,
     mutable_guard text DEFAULT NULL,
-    record_keys boolean DEFAULT NULL
+    record_keys boolean DEFAULT NULL,
+    delete_after interval DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._result(retention._define_policy('add', jsonb_build_object(
+LANGUAGE sql AS $fn$
+    SELECT retention._define_policy('add', pg_catalog.jsonb_build_object(
         'name', name, 'relation', relation::oid::bigint, 'kind', kind, 'age_column', age_column,
         'older_than', older_than::text, 'scope', scope, 'terminal', terminal, 'group_by', group_by,
         'order_by', order_by, 'keep', keep, 'min_keep', min_keep, 'action', action,
@@ -1452,7 +1528,8 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'terminal_table', terminal_table::oid::bigint, 'terminal_table_where', terminal_table_where,
         'terminal_table_test', terminal_table_test, 'visible_rows_only', visible_rows_only,
         'max_table_rows', max_table_rows, 'mutable_columns', mutable_columns,
-        'mutable_guard', mutable_guard, 'record_keys', record_keys)))::bigint;
+        'mutable_guard', mutable_guard, 'record_keys', record_keys,
+        'delete_after', delete_after::text));
 $fn$;
 
 CREATE OR REPLACE FUNCTION retention.alter_policy(
@@ -1487,10 +1564,11 @@ CREATE OR REPLACE FUNCTION retention.alter_policy(
     max_table_rows bigint DEFAULT NULL,
     mutable_columns text[] DEFAULT NULL,
     mutable_guard text DEFAULT NULL,
-    record_keys boolean DEFAULT NULL
+    record_keys boolean DEFAULT NULL,
+    delete_after interval DEFAULT NULL
 ) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._result(retention._define_policy('alter', jsonb_build_object(
+LANGUAGE sql AS $fn$
+    SELECT retention._define_policy('alter', pg_catalog.jsonb_build_object(
         'name', name, 'kind', kind, 'age_column', age_column, 'older_than', older_than::text,
         'scope', scope, 'terminal', terminal, 'group_by', group_by, 'order_by', order_by,
         'keep', keep, 'min_keep', min_keep, 'action', action, 'batch_size', batch_size,
@@ -1503,7 +1581,7 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
         'terminal_table_where', terminal_table_where, 'terminal_table_test', terminal_table_test,
         'visible_rows_only', visible_rows_only, 'max_table_rows', max_table_rows,
         'mutable_columns', mutable_columns, 'mutable_guard', mutable_guard,
-        'record_keys', record_keys)))::bigint;
+        'record_keys', record_keys, 'delete_after', delete_after::text));
 $fn$;
 
 -- Lowers a policy's keep_floor and/or window_floor (NULL: that floor unchanged; 0 or
@@ -1511,108 +1589,80 @@ $fn$;
 -- and why. Raising goes through alter_policy; nothing else lowers a floor.
 CREATE OR REPLACE FUNCTION retention.lower_floor(policy text, keep_floor int, window_floor interval, actor text, reason text)
 RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._lower_floor(policy, keep_floor, window_floor::text, actor, reason))::bigint $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._lower_floor(policy, keep_floor, window_floor::text, actor, reason) $fn$;
 
 CREATE OR REPLACE FUNCTION retention.enable_policy(name text) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
+LANGUAGE sql
 AS $fn$ SELECT retention._set_policy_state(name, 'enable') $fn$;
 
 CREATE OR REPLACE FUNCTION retention.disable_policy(name text) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
+LANGUAGE sql
 AS $fn$ SELECT retention._set_policy_state(name, 'disable') $fn$;
 
 CREATE OR REPLACE FUNCTION retention.drop_policy(name text) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
+LANGUAGE sql
 AS $fn$ SELECT retention._set_policy_state(name, 'drop') $fn$;
 
 CREATE OR REPLACE FUNCTION retention.link_windows(producer text, consumer text, margin interval) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._link_windows(producer, consumer, margin::text)) $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._link_windows(producer, consumer, margin::text) $fn$;
 
 CREATE OR REPLACE FUNCTION retention.place_hold(relation regclass, predicate text, reason text, actor text,
                                      enforce boolean DEFAULT false)
 RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._place_hold(relation::oid, predicate, reason, actor, enforce))::bigint $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._place_hold(relation::oid, predicate, reason, actor, enforce) $fn$;
 
 -- Deletes those of `keys` (as retention.candidates lists them) that are still eligible, in the
 -- caller's transaction (engine/candidates.rs).
 CREATE OR REPLACE FUNCTION retention.prune(policy text, keys jsonb) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._prune(policy, keys))::bigint $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._prune(policy, keys) $fn$;
 
 -- Declares what a table's rows are for retention (api/class.rs).
 CREATE OR REPLACE FUNCTION retention.classify(relation regclass, class text, reason text) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._classify(relation::oid, class, reason)) $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._classify(relation::oid, class, reason) $fn$;
 
 -- Triggers of enforced holds (api/hold.rs installs them): a row an enforced hold covers is not
 -- updated or deleted, and a table with one is not truncated, by anyone but an erasure.
 -- SECURITY DEFINER: they fire as whoever writes, who needs nothing of schema retention; each
 -- hold's predicate runs as the role that placed it.
 CREATE OR REPLACE FUNCTION retention._hold_enforce() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    held record;
-BEGIN
-    SELECT * INTO held FROM retention._enforced_hold(TG_RELID, OLD);
-    IF held.hold_id IS NOT NULL THEN
-        RAISE EXCEPTION 'row of %.% is under enforced hold % and cannot be %',
-                TG_TABLE_SCHEMA, TG_TABLE_NAME, held.hold_id, CASE TG_OP WHEN 'DELETE' THEN 'deleted' ELSE 'updated' END
-            USING ERRCODE = 'RT402',
-                  DETAIL = format('Hold %s (%s): %s', held.hold_id, held.actor, held.reason),
-                  HINT = 'Enforced holds refuse every change to their rows. Lift the hold (retention.lift_hold) when the matter is closed; retention.erase outranks it.';
-    END IF;
-    RETURN CASE TG_OP WHEN 'DELETE' THEN OLD ELSE NEW END;
-END
-$fn$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pg_retention_hold_enforce';
 
 CREATE OR REPLACE FUNCTION retention._hold_enforce_truncate() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    held record;
-BEGIN
-    SELECT * INTO held FROM retention._enforced_hold_on(TG_RELID);
-    IF held.hold_id IS NOT NULL THEN
-        RAISE EXCEPTION '%.% is under enforced hold % and cannot be truncated',
-                TG_TABLE_SCHEMA, TG_TABLE_NAME, held.hold_id
-            USING ERRCODE = 'RT402',
-                  DETAIL = format('Hold %s (%s): %s', held.hold_id, held.actor, held.reason),
-                  HINT = 'Enforced holds refuse every change to their rows. Lift the hold (retention.lift_hold) when the matter is closed.';
-    END IF;
-    RETURN NULL;
-END
-$fn$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pg_retention_hold_enforce_truncate';
 
 CREATE OR REPLACE FUNCTION retention.lift_hold(hold_id bigint, actor text, reason text) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._lift_hold(hold_id, actor, reason)) $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._lift_hold(hold_id, actor, reason) $fn$;
 
 -- Pull consumers (api/consumer.rs): a registration's epoch, reports of the position processed,
 -- and what each pins.
 CREATE OR REPLACE FUNCTION retention.register_consumer(policy text, consumer text, lease interval,
                                             reporter regrole DEFAULT NULL) RETURNS bigint
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._register_consumer(policy, consumer, lease::text, reporter::oid))::bigint $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._register_consumer(policy, consumer, lease::text, reporter::oid) $fn$;
 
 CREATE OR REPLACE FUNCTION retention.report_position(policy text, consumer text, epoch bigint, "position" text)
 RETURNS text
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._report_position(policy, consumer, epoch, $4)) #>> '{}' $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._report_position(policy, consumer, epoch, $4) $fn$;
 
 CREATE OR REPLACE FUNCTION retention.unregister_consumer(policy text, consumer text) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._unregister_consumer(policy, consumer)) $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._unregister_consumer(policy, consumer) $fn$;
 
 CREATE OR REPLACE FUNCTION retention.consumer_status(policy text, consumer text)
 RETURNS TABLE (epoch bigint, floor text, requires_bootstrap boolean, lease_expires_at timestamptz,
                pinning boolean)
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT r.epoch, r.floor, r.requires_bootstrap, r.lease_expires_at, r.pinning
-      FROM jsonb_to_record(retention._result(retention._consumer_status(policy, consumer)))
-           AS r(epoch bigint, floor text, requires_bootstrap boolean, lease_expires_at timestamptz,
-                pinning boolean)
+    SELECT r.epoch, r.floor, r.requires_bootstrap, r.lease_expires_at::timestamptz, r.pinning
+      FROM retention._consumer_status(policy, consumer) r
 $fn$;
 
 -- What the live consumers of a policy pin, for the statements that delete (which run as the
@@ -1634,42 +1684,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
      WHERE c.policy_id = _consumer_positions.policy_id AND c.expires_at > now()
 $fn$;
 
--- The oldest instant still inside a policy's window: replays from before it may find rows gone.
-CREATE OR REPLACE FUNCTION retention.replay_floor(policy text) RETURNS timestamptz
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    w interval;
-BEGIN
-    SELECT p.older_than INTO w FROM retention.policies p WHERE p.name = replay_floor.policy;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'policy % does not exist', replay_floor.policy
-            USING ERRCODE = '42704', HINT = 'See retention.policies.';
-    END IF;
-    IF w IS NULL THEN
-        RAISE EXCEPTION 'policy % has no time window', replay_floor.policy
-            USING ERRCODE = '22023', DETAIL = 'Only policies with older_than have a replay boundary.',
-                  HINT = 'Give the policy an older_than, or replay without a boundary check.';
-    END IF;
-    RETURN now() - w;
-END
-$fn$;
-
--- Refuses a replay from before the boundary with RT301, naming the boundary.
-CREATE OR REPLACE FUNCTION retention.check_replay(policy text, from_ts timestamptz) RETURNS timestamptz
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    floor_ts timestamptz := retention.replay_floor(check_replay.policy);
-BEGIN
-    IF from_ts < floor_ts THEN
-        RAISE EXCEPTION 'replay from % is older than the retention boundary % of policy %',
-                from_ts, floor_ts, check_replay.policy
-            USING ERRCODE = 'RT301',
-                  DETAIL = format('Rows older than %s may already have been pruned.', floor_ts),
-                  HINT = format('Replay from %s or later.', floor_ts);
-    END IF;
-    RETURN floor_ts;
-END
-$fn$;
+-- retention.replay_floor(policy) and retention.check_replay(policy, from_ts), the replay
+-- boundary of a policy's window, are in Rust: src/api/replay.rs.
 
 -- Policies in the order a run takes them: enabled delete-action policies, children before
 -- parents (a table that references another is swept first), then producers before their
@@ -1714,13 +1730,18 @@ AS $fn$ SELECT (x'52544e00'::bigint << 32) | policy_id $fn$;
 -- step. A policy whose lock is held by another pruner is skipped and that is ledgered. When
 -- any policy's run ended in error, raises RT601 at the end, naming them (what succeeded is
 -- committed), so a scheduler records the job as failed.
+--
+-- A run is the run driver's (engine/sweep/driver.rs, which the worker calls directly): this
+-- procedure only holds its token and COMMITs between its parts, waiting out a pause between
+-- two steps outside their transactions (the driver times the pause and ledgers it once over).
 CREATE OR REPLACE PROCEDURE retention.run(policy text DEFAULT NULL)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     p record;
-    st jsonb;
+    token bigint;
+    pause float8;
+    r record;
     n int := 0;
-    pace jsonb;
     failed text[] := '{}';
 BEGIN
     IF run.policy IS NOT NULL AND NOT EXISTS (SELECT 1 FROM retention.policies x WHERE x.name = run.policy) THEN
@@ -1728,32 +1749,25 @@ BEGIN
     END IF;
     FOR p IN SELECT * FROM retention._run_order(run.policy) LOOP
         n := n + 1;
-        st := retention._run_begin(p.id, current_user::text, NULL, false);
+        token := retention._run_begin(p.id);
         COMMIT;
-        IF st IS NULL THEN
+        IF token IS NULL THEN
             RAISE NOTICE 'policy %: skipped, another pruner holds its lock', p.name;
             CONTINUE;
         END IF;
-        WHILE NOT (st->>'done')::boolean LOOP
-            st := retention._sweep_step_safe(st);
-            COMMIT;
-            -- Pacing: wait between steps, outside their transactions (_run_pace times the
-            -- pause and ledgers it once it is over).
-            IF NOT (st->>'done')::boolean THEN
-                LOOP
-                    pace := retention._run_pace(st);
-                    EXIT WHEN (pace->>'pause')::float8 <= 0;
-                    PERFORM pg_sleep(least((pace->>'pause')::float8, 0.5));
-                    COMMIT;
-                END LOOP;
-                COMMIT;
+        LOOP
+            pause := retention._run_advance(token);
+            EXIT WHEN pause IS NULL;
+            IF pause > 0 THEN
+                PERFORM pg_sleep(least(pause, 0.5));
             END IF;
+            COMMIT;
         END LOOP;
-        st := retention._run_end(st, false);
+        SELECT * INTO r FROM retention._run_end(token);
         COMMIT;
-        RAISE NOTICE 'policy %: % (% rows deleted in % batches)%', p.name, st->>'outcome',
-            st->>'deleted', st->>'batches', coalesce(': ' || (st->>'reason'), '');
-        IF st->>'outcome' = 'error' THEN
+        RAISE NOTICE 'policy %: % (% rows deleted in % batches)%', p.name, r.outcome,
+            r.deleted, r.batches, coalesce(': ' || r.reason, '');
+        IF r.outcome = 'error' THEN
             failed := failed || format('%s (ledger id %s)', p.name,
                 (SELECT max(l.id) FROM retention.ledger l WHERE l.policy = p.name AND l.method = 'run'));
         END IF;
@@ -2006,78 +2020,63 @@ CREATE OR REPLACE FUNCTION retention.keep_up(over interval DEFAULT '1 day')
 RETURNS TABLE (policy text, rows_left bigint, rows_became_eligible bigint, backlog bigint,
                backlog_before bigint, left_per_hour double precision,
                eligible_per_hour double precision, drain_estimate interval, falling_behind boolean)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    p record;
-    since timestamptz;
-    hours double precision;
-    first_run jsonb;
-BEGIN
-    IF over IS NULL OR over <= interval '0' THEN
-        RAISE EXCEPTION 'over must be a positive interval, got %', coalesce(over::text, 'NULL')
-            USING ERRCODE = '22023', DETAIL = 'Keep-up is measured over a past window.',
-                  HINT = 'Pass over => ''1 day'' or so.';
-    END IF;
-    since := now() - over;
-    hours := extract(epoch FROM over) / 3600;
-    FOR p IN SELECT i.id, i.name, v.action FROM retention.policy_ids i
-               CROSS JOIN LATERAL (SELECT pv.action FROM retention.policy_versions pv
-                                    WHERE pv.policy_id = i.id ORDER BY pv.version DESC LIMIT 1) v
-              WHERE i.dropped_at IS NULL ORDER BY i.name LOOP
-        policy := p.name;
-        rows_left := (SELECT coalesce(sum(l.rows), 0) FROM retention.ledger_entries l
-                       WHERE l.policy_id = p.id AND l.at > since
-                         AND l.method IN ('prune', 'orphan_sweep', 'drop_partition', 'erasure'))::bigint;
-        IF p.action = 'archive_then_delete' THEN
-            backlog := (SELECT g.eligible_rows FROM retention.policy_gauges g WHERE g.policy_id = p.id);
-            backlog_before := NULL;
-        ELSE
-            backlog := (SELECT c.backlog FROM retention.policy_counters c WHERE c.policy_id = p.id);
-            backlog_before := (SELECT (l.detail->>'backlog')::bigint FROM retention.ledger_entries l
-                                WHERE l.policy_id = p.id AND l.method = 'run' AND l.at <= since
-                                ORDER BY l.id DESC LIMIT 1);
-            IF backlog_before IS NULL THEN
-                first_run := (SELECT l.detail FROM retention.ledger_entries l
-                               WHERE l.policy_id = p.id AND l.method = 'run' AND l.at > since
-                               ORDER BY l.id LIMIT 1);
-                backlog_before := (first_run->>'backlog')::bigint + (first_run->>'deleted')::bigint;
-            END IF;
-        END IF;
-        rows_became_eligible := rows_left + backlog - backlog_before;
-        left_per_hour := rows_left / hours;
-        eligible_per_hour := rows_became_eligible / hours;
-        drain_estimate := CASE
-            WHEN backlog = 0 THEN interval '0'
-            WHEN left_per_hour > eligible_per_hour
-                THEN make_interval(secs => backlog / (left_per_hour - eligible_per_hour) * 3600)
-            END;
-        falling_behind := backlog > 0 AND backlog > backlog_before;
-        RETURN NEXT;
-    END LOOP;
-END
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT retention._require_positive('over', over::text, 'Keep-up is measured over a past window.',
+                                       'Pass over => ''1 day'' or so.');
+    WITH w AS (
+        SELECT now() - over AS since, extract(epoch FROM over)::double precision / 3600 AS hours
+    ), p AS (
+        SELECT i.id, i.name, v.action FROM retention.policy_ids i
+         CROSS JOIN LATERAL (SELECT pv.action FROM retention.policy_versions pv
+                              WHERE pv.policy_id = i.id ORDER BY pv.version DESC LIMIT 1) v
+         WHERE i.dropped_at IS NULL
+    ), m AS (
+        SELECT p.name, w.hours,
+               (SELECT coalesce(sum(l.rows), 0) FROM retention.ledger_entries l
+                 WHERE l.policy_id = p.id AND l.at > w.since
+                   AND l.method IN ('prune', 'orphan_sweep', 'drop_partition', 'erasure'))::bigint AS rows_left,
+               CASE WHEN p.action IN ('archive_then_delete', 'archive')
+                    THEN (SELECT g.eligible_rows FROM retention.policy_gauges g WHERE g.policy_id = p.id)
+                    ELSE (SELECT c.backlog FROM retention.policy_counters c WHERE c.policy_id = p.id)
+               END AS backlog,
+               -- A delete policy's backlog a window ago: its last run's before then, or what
+               -- the first run since found (the backlog it left and what it deleted).
+               CASE WHEN p.action NOT IN ('archive_then_delete', 'archive') THEN coalesce(
+                    (SELECT (l.detail->>'backlog')::bigint FROM retention.ledger_entries l
+                      WHERE l.policy_id = p.id AND l.method = 'run' AND l.at <= w.since
+                      ORDER BY l.id DESC LIMIT 1),
+                    (SELECT (l.detail->>'backlog')::bigint + (l.detail->>'deleted')::bigint
+                       FROM retention.ledger_entries l
+                      WHERE l.policy_id = p.id AND l.method = 'run' AND l.at > w.since
+                      ORDER BY l.id LIMIT 1))
+               END AS backlog_before
+          FROM p, w
+    ), r AS (
+        SELECT m.*, m.rows_left + m.backlog - m.backlog_before AS became,
+               m.rows_left / m.hours AS left_rate,
+               (m.rows_left + m.backlog - m.backlog_before) / m.hours AS eligible_rate
+          FROM m
+    )
+    SELECT r.name, r.rows_left, r.became, r.backlog, r.backlog_before, r.left_rate, r.eligible_rate,
+           CASE WHEN r.backlog = 0 THEN interval '0'
+                WHEN r.left_rate > r.eligible_rate
+                    THEN make_interval(secs => r.backlog / (r.left_rate - r.eligible_rate) * 3600)
+           END,
+           r.backlog > 0 AND r.backlog > r.backlog_before
+      FROM r ORDER BY r.name;
 $fn$;
 
 -- ---- Archive-then-prune. ----
 
--- Guard trigger of archive policies: refuses to update a row that is already archive-eligible.
--- TG_ARGV[0] is the policy id, TG_ARGV[1] its name. Eligibility is evaluated by
--- retention._fixpoint_eligible with the privileges of the policy's owner, not of whoever
--- updates the table. SECURITY DEFINER: a writer needs its table privileges and nothing of
--- schema retention (it fires as whoever updates; the predicate still runs as its author).
+-- Guard trigger of archive policies (src/guard.rs): refuses (RT501) to update a row that is
+-- already archive-eligible, but for the policy's mutable_columns. TG_ARGV[0] is the policy id,
+-- TG_ARGV[1] its name. Eligibility is evaluated with the privileges of the policy's owner, not
+-- of whoever updates the table. SECURITY DEFINER: a writer needs its table privileges and
+-- nothing of schema retention (it fires as whoever updates; the predicate runs as its author).
+-- The three triggers are C functions so that their refusals carry no procedural frame.
 CREATE OR REPLACE FUNCTION retention._fixpoint_guard() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-    IF retention._fixpoint_eligible(TG_ARGV[0]::bigint, TG_RELID, OLD)
-       AND NOT retention._only_mutable_changed(TG_ARGV[0]::bigint, to_jsonb(OLD), to_jsonb(NEW)) THEN
-        RAISE EXCEPTION 'row of %.% is archive-eligible under policy % and cannot be updated',
-                TG_TABLE_SCHEMA, TG_TABLE_NAME, TG_ARGV[1]
-            USING ERRCODE = 'RT501',
-                  DETAIL = 'The row is terminal and past the policy''s window: it is being or will be archived as it is.',
-                  HINT = 'Deleting it is allowed; changing it is not (but for the policy''s mutable_columns). Lift this by altering or dropping the policy.';
-    END IF;
-    RETURN NEW;
-END
-$fn$;
+LANGUAGE c SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'pg_retention_fixpoint_guard';
 
 -- retention._below (a table and every partition under it) and retention._tree_of (the tables
 -- that share rows with a table) are in Rust: src/catalog/tree.rs.
@@ -2104,7 +2103,7 @@ RETURNS uuid
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT (retention._result(retention._claim_batch(policy, max_rows, lease::text, owner)) #>> '{}')::uuid $fn$;
+AS $fn$ SELECT retention._claim_batch(policy, max_rows, lease::text, owner)::uuid $fn$;
 
 -- claim_batch and batch_slice in one call: the slice is rendered from the rows the claim reads
 -- and locks, so they are read once. A resumed batch is rendered from its key set; resume =>
@@ -2117,7 +2116,7 @@ CREATE OR REPLACE FUNCTION retention.claim_slice(policy text, max_rows int DEFAU
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT (retention._result(c.result) #>> '{}')::uuid, c.slice, c.more
+AS $fn$ SELECT c.batch::uuid, c.slice, c.more
           FROM retention._claim_slice(policy, max_rows, lease::text, owner, resume) c $fn$;
 
 -- claim_slice without the slice in its result: it stays in this backend, and
@@ -2132,55 +2131,49 @@ CREATE OR REPLACE FUNCTION retention.claim_next(policy text, max_rows int DEFAUL
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT (r->>'batch')::uuid, (r->>'bytes')::bigint, coalesce((r->>'more')::boolean, false),
-               r->'manifest'
-          FROM retention._result(retention._claim_next(policy, max_rows, lease::text, owner, resume)) r $fn$;
+AS $fn$ SELECT c.batch::uuid, c.bytes, c.more, c.manifest
+          FROM retention._claim_next(policy, max_rows, lease::text, owner, resume) c $fn$;
 
 -- The enabled archive policies: what an archiver has to work on.
 CREATE OR REPLACE FUNCTION retention.archive_policies() RETURNS SETOF text
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT p.name FROM retention.policies p WHERE p.enabled AND p.action = 'archive_then_delete' ORDER BY p.name $fn$;
+AS $fn$ SELECT p.name FROM retention.policies p WHERE p.enabled AND p.action IN ('archive_then_delete', 'archive') ORDER BY p.name $fn$;
+
+-- Deletes the rows of a two-window policy's archived batches that are past its delete_after,
+-- each only as the version its verified archive holds (archive/deferred.rs); the rows deleted.
+-- The archiver calls it for every policy at each pass; 0 for a policy without delete_after.
+CREATE OR REPLACE FUNCTION retention.prune_archived(policy text, max_batches int DEFAULT 100) RETURNS bigint
+LANGUAGE sql
+AS $fn$ SELECT retention._prune_archived(policy, max_batches) $fn$;
 
 CREATE OR REPLACE FUNCTION retention.batch_manifest(batch uuid, digest boolean DEFAULT true) RETURNS jsonb
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT retention._result(retention._batch_manifest(batch::text, digest)) $fn$;
+AS $fn$ SELECT retention._batch_manifest(batch::text, digest) $fn$;
 
 CREATE OR REPLACE FUNCTION retention.batch_frames(batch uuid) RETURNS SETOF bytea
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$
-DECLARE
-    r record;
-BEGIN
-    FOR r IN SELECT f.error, f.frame FROM retention._batch_frames(batch::text) f LOOP
-        IF r.error IS NOT NULL THEN
-            PERFORM retention._result(r.error);
-        END IF;
-        RETURN NEXT r.frame;
-    END LOOP;
-END
-$fn$;
+AS $fn$ SELECT f FROM retention._batch_frames(batch::text) f $fn$;
 
 -- The frames of batch_frames concatenated: the slice, in one value (one call, one copy).
 CREATE OR REPLACE FUNCTION retention.batch_slice(batch uuid) RETURNS bytea
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT CASE WHEN retention._result(s.result) IS NOT NULL THEN s.slice END
-          FROM retention._batch_slice(batch::text) s $fn$;
+AS $fn$ SELECT retention._batch_slice(batch::text) $fn$;
 
 CREATE OR REPLACE FUNCTION retention.extend_lease(batch uuid, lease interval) RETURNS timestamptz
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT (retention._result(retention._extend_lease(batch::text, lease::text)) #>> '{}')::timestamptz $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._extend_lease(batch::text, lease::text)::timestamptz $fn$;
 
 -- `cause` (refused, failed, stopped) is what the failure counters count the release under; a
 -- release without one (an archiver before 0.5.0) is counted by its reason's first word.
 CREATE OR REPLACE FUNCTION retention.release_batch(batch uuid, reason text, cause text DEFAULT NULL) RETURNS boolean
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT (retention._result(retention._release_batch(batch::text, reason, cause)))::boolean $fn$;
+LANGUAGE sql
+AS $fn$ SELECT retention._release_batch(batch::text, reason, cause) $fn$;
 
 CREATE OR REPLACE FUNCTION retention.complete_batch(batch uuid, object_key text, blake3 text, rows bigint, bytes bigint,
                                          owner text DEFAULT NULL)
@@ -2188,11 +2181,14 @@ RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
     SET TimeZone = 'UTC' SET DateStyle = 'ISO, YMD' SET IntervalStyle = 'postgres'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
-AS $fn$ SELECT (retention._result(retention._complete_batch(batch::text, object_key, blake3, rows, bytes, owner)))::bigint $fn$;
+AS $fn$ SELECT retention._complete_batch(batch::text, object_key, blake3, rows, bytes, owner) $fn$;
 
 -- Archive lifecycle (archive/expiry.rs; the archiver's `expire`, archiver/src/expire/):
--- archives past their policy's archive_keep, the holds over an archive's rows, and expire
--- operations, whose state lives in the ledger (expire_prepare, expire_apply entries).
+-- archives past their policy's archive_keep and the holds over an archive's rows. The expire
+-- operations themselves (retention.expire_prepare, expire_state, expire_record) are declared
+-- by archive/expire_operation.rs; their state is retention.expire_operations
+-- (catalog/expire_operation.rs), their history the ledger's expire_prepare and expire_apply
+-- entries.
 CREATE OR REPLACE FUNCTION retention.expiry_candidates()
 RETURNS TABLE (policy text, policy_version int, archive_keep interval, archive_id bigint, batch uuid,
                object_key text, rows bigint, bytes bigint, archived_at timestamptz)
@@ -2201,126 +2197,18 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
       FROM retention.policies p
       JOIN retention.batches b ON b.policy_id = p.id
       JOIN retention.archives a ON a.batch = b.id
-     WHERE p.action = 'archive_then_delete' AND p.archive_keep IS NOT NULL
+     WHERE p.action IN ('archive_then_delete', 'archive') AND p.archive_keep IS NOT NULL
        AND a.archived_at < now() - p.archive_keep
        AND a.expired_at IS NULL
+       -- A two-window policy's archive does not expire while its rows wait for their
+       -- delete_after: their delete stands on it.
+       AND NOT (b.state = 'archived' AND p.delete_after IS NOT NULL)
      ORDER BY p.name, a.id
 $fn$;
 
 CREATE OR REPLACE FUNCTION retention.archive_holds(archive_id bigint, slice bytea, columns text[]) RETURNS bigint[]
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT ARRAY(SELECT jsonb_array_elements_text(
-        retention._result(retention._archive_holds(archive_id, slice, columns)))::bigint)
-$fn$;
-
--- The prepare entry of an expire operation (NULL when it was never prepared).
-CREATE OR REPLACE FUNCTION retention._expire_prepared(operation uuid) RETURNS retention.ledger_entries
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT l FROM retention.ledger_entries l
-     WHERE l.method = 'expire_prepare' AND l.detail->>'operation' = operation::text
-$fn$;
-
--- Records a prepared expire operation (its tombstone is written): from now on its archives
--- expire after the quiescence interval, and only through `expire apply`. Returns when it was
--- prepared.
-CREATE OR REPLACE FUNCTION retention.expire_prepare(operation uuid, plan_sha256 text, quiescence interval,
-                                         archive_ids bigint[], objects bigint, bytes bigint,
-                                         tombstone text, actor text)
-RETURNS timestamptz
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    stale bigint[];
-BEGIN
-    IF quiescence IS NULL OR quiescence < interval '0' OR archive_ids IS NULL OR cardinality(archive_ids) = 0
-       OR plan_sha256 !~ '^[0-9a-f]{64}$' OR coalesce(actor, '') = '' THEN
-        RAISE EXCEPTION 'an expire operation needs a plan digest, archives, a quiescence >= 0 and an actor'
-            USING ERRCODE = '22023', HINT = 'Prepare with pg-retention-archiver expire prepare.';
-    END IF;
-    IF (retention._expire_prepared(operation)).id IS NOT NULL THEN
-        RAISE EXCEPTION 'expire operation % is prepared already', operation USING ERRCODE = '42710';
-    END IF;
-    stale := ARRAY(SELECT unnest(archive_ids) EXCEPT SELECT c.archive_id FROM retention.expiry_candidates() c);
-    IF cardinality(stale) > 0 THEN
-        RAISE EXCEPTION 'archives % are not past their policy''s archive_keep (or expired already)', stale
-            USING ERRCODE = '55000', HINT = 'Plan again.';
-    END IF;
-    PERFORM retention._ledger_append('expire_prepare', actor, jsonb_build_object(
-        'operation', operation, 'plan_sha256', plan_sha256, 'quiescence', quiescence::text,
-        'archives', to_jsonb(archive_ids), 'objects', objects, 'bytes', bytes, 'tombstone', tombstone), NULL);
-    RETURN (retention._expire_prepared(operation)).at;
-END
-$fn$;
-
--- An expire operation as the ledger knows it: when it was prepared and is ready, its plan
--- digest and archives, the keys its applies deleted and the last apply's outcome; NULL when
--- it was never prepared.
-CREATE OR REPLACE FUNCTION retention.expire_state(operation uuid) RETURNS jsonb
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT jsonb_build_object(
-               'operation', operation, 'prepared_at', p.at, 'prepared_by', p.actor,
-               'ready_at', p.at + (p.detail->>'quiescence')::interval,
-               'ready', clock_timestamp() >= p.at + (p.detail->>'quiescence')::interval,
-               'plan_sha256', p.detail->>'plan_sha256', 'archives', p.detail->'archives',
-               'objects', p.detail->'objects', 'bytes', p.detail->'bytes',
-               'tombstone', p.detail->>'tombstone',
-               'applies', (SELECT count(*) FROM retention.ledger_entries a
-                            WHERE a.method = 'expire_apply' AND a.detail->>'operation' = operation::text),
-               'deleted_keys', (SELECT coalesce(jsonb_agg(DISTINCT k), '[]') FROM retention.ledger_entries a,
-                                       jsonb_array_elements_text(a.detail->'deleted_keys') k
-                                 WHERE a.method = 'expire_apply' AND a.detail->>'operation' = operation::text),
-               'outcome', (SELECT a.detail->>'outcome' FROM retention.ledger_entries a
-                            WHERE a.method = 'expire_apply' AND a.detail->>'operation' = operation::text
-                            ORDER BY a.id DESC LIMIT 1))
-      FROM retention._expire_prepared(operation) p WHERE p.id IS NOT NULL
-$fn$;
-
--- Ledgers one apply of an expire operation; a completed one marks its archives expired. An
--- archive is marked expired only when its object now is among the keys the operation deleted
--- (this apply's or an earlier one's): a rewrite recorded for it since the plan (an erasure's
--- supersession) refuses the completion (RT504), and the apply is then recorded refused.
-CREATE OR REPLACE FUNCTION retention.expire_record(operation uuid, outcome text, deleted_keys text[], detail jsonb, actor text)
-RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-    prepared retention.ledger_entries := retention._expire_prepared(operation);
-    archive_ids bigint[];
-    kept bigint[];
-BEGIN
-    IF outcome IS NULL OR outcome NOT IN ('completed', 'partial', 'refused', 'not_ready') OR coalesce(actor, '') = '' THEN
-        RAISE EXCEPTION 'an apply outcome is completed, partial, refused or not_ready, with an actor'
-            USING ERRCODE = '22023';
-    END IF;
-    IF prepared.id IS NULL THEN
-        RAISE EXCEPTION 'expire operation % was never prepared', operation USING ERRCODE = '42704';
-    END IF;
-    IF outcome = 'completed' THEN
-        archive_ids := ARRAY(SELECT x::bigint FROM jsonb_array_elements_text(prepared.detail->'archives') x);
-        -- One at a time with a rewrite being recorded for one of the archives (archive/supersede.rs
-        -- takes the same lock), then read in a statement of its own, as committed.
-        PERFORM 1 FROM retention.archive_records a WHERE a.id = ANY (archive_ids)
-          ORDER BY a.id FOR NO KEY UPDATE;
-        kept := ARRAY(
-            SELECT a.id FROM retention.archives a
-             WHERE a.id = ANY (archive_ids) AND a.expired_at IS NULL
-               AND a.object_key <> ALL (coalesce(deleted_keys, '{}') || ARRAY(
-                       SELECT k FROM retention.ledger_entries l, jsonb_array_elements_text(l.detail->'deleted_keys') k
-                        WHERE l.method = 'expire_apply' AND l.detail->>'operation' = operation::text))
-             ORDER BY a.id);
-        IF cardinality(kept) > 0 THEN
-            RAISE EXCEPTION 'expire operation % cannot complete: the object of archive % now is not one it deleted',
-                operation, kept[1]
-                USING ERRCODE = 'RT504',
-                      DETAIL = format('Archives %s: a rewrite (an erasure''s supersession) became the object after the plan; '
-                                      'marked expired, it would stay in the store with nothing to delete it.', kept),
-                      HINT = 'Record the apply as refused and plan again: a new plan names the archive''s objects now.';
-        END IF;
-        INSERT INTO retention.archive_expirations (archive_id, operation_id)
-        SELECT x, operation FROM unnest(archive_ids) x
-        ON CONFLICT (archive_id) DO NOTHING;
-    END IF;
-    PERFORM retention._ledger_append('expire_apply', actor, coalesce(detail, '{}') || jsonb_build_object(
-        'operation', operation, 'outcome', outcome, 'deleted_keys', to_jsonb(coalesce(deleted_keys, '{}'))), NULL);
-END
+    SELECT retention._archive_holds(archive_id, slice, columns)
 $fn$;
 
 -- What the archiver's sweep-orphans must not touch: every archive's slice key now and as
@@ -2360,14 +2248,7 @@ AS 'MODULE_PATHNAME', 'retention_metrics';
 CREATE OR REPLACE FUNCTION retention.erase(relation regclass, predicate text, request_ref text, actor text)
 RETURNS bigint
 LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT (retention._result(retention._erase(relation::oid, predicate, request_ref, actor, NULL))->>'deleted')::bigint $fn$;
-
--- One step of erase_in_batches: at most batch_rows rows; {deleted, done}.
-CREATE OR REPLACE FUNCTION retention._erase_step(relation regclass, predicate text, request_ref text, actor text,
-                                      batch_rows int)
-RETURNS jsonb
-LANGUAGE sql SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT retention._result(retention._erase(relation::oid, predicate, request_ref, actor, batch_rows)) $fn$;
+AS $fn$ SELECT e.deleted FROM retention._erase(relation::oid, predicate, request_ref, actor, NULL) e $fn$;
 
 -- erase() for large sets: each batch of at most batch_rows rows commits with its ledger entry.
 -- A failure leaves the batches before it erased and ledgered; calling again goes on.
@@ -2376,16 +2257,17 @@ CREATE OR REPLACE PROCEDURE retention.erase_in_batches(relation regclass, predic
                                             INOUT erased bigint DEFAULT NULL)
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    st jsonb;
+    st record;
 BEGIN
     erased := 0;
     LOOP
-        st := retention._erase_step(erase_in_batches.relation, erase_in_batches.predicate,
-                                    erase_in_batches.request_ref, erase_in_batches.actor,
-                                    erase_in_batches.batch_rows);
-        erased := erased + (st->>'deleted')::bigint;
+        SELECT e.deleted, e.done INTO st
+          FROM retention._erase(erase_in_batches.relation::oid, erase_in_batches.predicate,
+                                erase_in_batches.request_ref, erase_in_batches.actor,
+                                erase_in_batches.batch_rows) e;
+        erased := erased + st.deleted;
         COMMIT;
-        EXIT WHEN (st->>'done')::boolean;
+        EXIT WHEN st.done;
     END LOOP;
 END
 $fn$;
@@ -2423,14 +2305,13 @@ $fn$;
 CREATE OR REPLACE FUNCTION retention.supersession_matches(supersession bigint, slice bytea, columns text[])
 RETURNS int[]
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT ARRAY(SELECT jsonb_array_elements_text(
-        retention._result(retention._supersession_matches(supersession, slice, columns)))::int)
+    SELECT retention._supersession_matches(supersession, slice, columns)::int[]
 $fn$;
 
 -- A pending supersession with nothing to rewrite.
 CREATE OR REPLACE FUNCTION retention.supersession_unaffected(supersession bigint, reason text) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._result(retention._supersession_unaffected(supersession, reason))::boolean
+    SELECT retention._supersession_unaffected(supersession, reason)
 $fn$;
 
 -- Records the verified rewrite of a pending supersession: it is the archive's object from now
@@ -2439,15 +2320,15 @@ CREATE OR REPLACE FUNCTION retention.supersession_rewritten(supersession bigint,
                                                  blake3 text, rows bigint, bytes bigint, supersedes text)
 RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._result(retention._supersession_rewritten(supersession, replaced_key, object_key,
-                                                               blake3, rows, bytes, supersedes))::boolean
+    SELECT retention._supersession_rewritten(supersession, replaced_key, object_key,
+                                             blake3, rows, bytes, supersedes)
 $fn$;
 
 -- The replaced objects are deleted: the supersession is done, and ledgered. False when it
 -- was done already.
 CREATE OR REPLACE FUNCTION retention.supersession_done(supersession bigint, actor text) RETURNS boolean
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-    SELECT retention._result(retention._supersession_done(supersession, actor))::boolean
+    SELECT retention._supersession_done(supersession, actor)
 $fn$;
 
 -- What the index says of an object key (a slice's or its manifest's): 'current' (an archive's
@@ -2481,13 +2362,12 @@ REVOKE ALL ON ALL FUNCTIONS IN SCHEMA retention FROM PUBLIC;
 REVOKE ALL ON ALL PROCEDURES IN SCHEMA retention FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION retention.version() TO PUBLIC;
 -- What the SECURITY INVOKER wrappers call: each internal to the roles of its wrapper.
-GRANT EXECUTE ON FUNCTION retention._result(jsonb)
-    TO retention_admin, retention_archiver, retention_consumer, retention_eraser;
 GRANT EXECUTE ON FUNCTION retention._define_policy(text, jsonb),
     retention._lower_floor(text, int, text, text, text), retention._set_policy_state(text, text),
     retention._link_windows(text, text, text), retention._place_hold(oid, text, text, text, boolean),
     retention._lift_hold(bigint, text, text), retention._register_consumer(text, text, text, oid),
     retention._classify(oid, text, text), retention._prune(text, jsonb),
+    retention._prune_archived(text, int),
     retention._unregister_consumer(text, text)
     TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention._report_position(text, text, bigint, text),
@@ -2497,24 +2377,26 @@ GRANT EXECUTE ON FUNCTION retention._claim_batch(text, int, text, text),
     retention._claim_slice(text, int, text, text, boolean),
     retention._claim_next(text, int, text, text, boolean),
     retention._extend_lease(text, text), retention._release_batch(text, text, text),
-    retention._complete_batch(text, text, text, bigint, bigint, text)
+    retention._complete_batch(text, text, text, bigint, bigint, text),
+    retention._prune_archived(text, int)
     TO retention_archiver;
 GRANT EXECUTE ON FUNCTION retention._erase(oid, text, text, text, int) TO retention_eraser;
 GRANT EXECUTE ON FUNCTION
-    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint, text[], text, boolean),
-    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint, text[], text, boolean),
+    retention.add_policy(text, regclass, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint, text[], text, boolean, interval),
+    retention.alter_policy(text, text, text, interval, text, text, text[], text, int, int, text, int, bigint, int, interval, interval, regclass, text[], text, text[], text, regclass, text, text, regclass, text, text, boolean, bigint, text[], text, boolean, interval),
     retention.lower_floor(text, int, interval, text, text),
     retention.enable_policy(text), retention.disable_policy(text), retention.drop_policy(text),
     retention.link_windows(text, text, interval),
     retention.place_hold(regclass, text, text, text, boolean), retention.lift_hold(bigint, text, text),
     retention.classify(regclass, text, text), retention.prune(text, jsonb),
+    retention.prune_archived(text, int),
     retention.candidates(text, int),
     retention.register_consumer(text, text, interval, regrole), retention.unregister_consumer(text, text),
     retention.preview(text), retention.preview_partitions(text),
     retention.replay_floor(text), retention.check_replay(text, timestamptz),
     retention._run_order(text), retention._lock_key(bigint),
-    retention._run_begin(bigint, text, bigint, boolean), retention._sweep_step_safe(jsonb),
-    retention._run_pace(jsonb), retention._run_end(jsonb, boolean)
+    retention._run_begin(bigint), retention._run_advance(bigint), retention._run_progress(bigint),
+    retention._run_end(bigint)
     TO retention_admin;
 GRANT EXECUTE ON PROCEDURE retention.run(text) TO retention_admin;
 GRANT EXECUTE ON FUNCTION retention.report_position(text, text, bigint, text),
@@ -2527,6 +2409,7 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
     retention.batch_manifest(uuid, boolean),
     retention.batch_frames(uuid), retention.batch_slice(uuid), retention.extend_lease(uuid, interval), retention.release_batch(uuid, text, text),
     retention.complete_batch(uuid, text, text, bigint, bigint, text), retention.archive_policies(),
+    retention.prune_archived(text, int),
     retention.expiry_candidates(), retention.archive_holds(bigint, bytea, text[]),
     retention.expire_prepare(uuid, text, interval, bigint[], bigint, bigint, text, text),
     retention.expire_state(uuid), retention.expire_record(uuid, text, text[], jsonb, text),
@@ -2541,8 +2424,7 @@ GRANT EXECUTE ON FUNCTION retention.claim_batch(text, int, interval, text), rete
 -- The database workers, when pg_retention.role names a member of retention_worker rather than
 -- a superuser: their own steps and state, nothing else (a policy still runs as its owner).
 GRANT EXECUTE ON FUNCTION retention._run_order(text), retention._lock_key(bigint),
-    retention._run_begin(bigint, text, bigint, boolean), retention._sweep_step_safe(jsonb),
-    retention._run_pace(jsonb), retention._run_end(jsonb, boolean), retention._worker_visit(),
+    retention._worker_visit(),
     retention._worker_set(text, text), retention._worker_pause(text, text),
     retention._worker_visit_end(text, bigint[], float8), retention._worker_cycle_cap(bigint, text[]),
     retention._scrub_due(), retention._scrub_check(bigint, boolean)
@@ -2551,16 +2433,14 @@ GRANT EXECUTE ON FUNCTION retention._run_order(text), retention._lock_key(bigint
 -- retention_admin and the archiver (its /metrics).
 GRANT EXECUTE ON FUNCTION retention.metrics() TO pg_monitor, retention_admin, retention_archiver;
 -- Erasure outranks holds, so it has its own role (not granted to retention_admin).
-GRANT EXECUTE ON FUNCTION retention.erase(regclass, text, text, text),
-    retention._erase_step(regclass, text, text, text, int)
-    TO retention_eraser;
+GRANT EXECUTE ON FUNCTION retention.erase(regclass, text, text, text) TO retention_eraser;
 GRANT EXECUTE ON PROCEDURE retention.erase_in_batches(regclass, text, text, text, int, bigint)
     TO retention_eraser;
 -- One scrape of the archiver shows the whole system.
 GRANT SELECT ON retention.stats TO retention_archiver;
 -- The guard trigger needs no grant: PostgreSQL checks EXECUTE on a trigger function when the
 -- trigger is made (by the extension's owner, guard.rs), not when it fires; it is SECURITY
--- DEFINER, and calls retention._fixpoint_eligible as the extension's owner.
+-- DEFINER, and reads the catalog as the extension's owner.
 -- What the statements that run as a policy's owner call (see pg_retention/src/author.rs).
 GRANT EXECUTE ON FUNCTION retention._hold_count(oid), retention._hold_matches(bigint, anyelement),
     retention._consumer_pins(bigint), retention._consumer_positions(bigint), retention._live_batches(oid),

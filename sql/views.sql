@@ -8,7 +8,7 @@ SELECT p.id, p.name, v.version, v.relation::regclass AS relation, v.kind, v.age_
        v.lease_key, v.lease_expiry, v.search_path,
        v.age_expression, v.age_table, v.age_table_column, v.age_pick,
        v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only,
-       v.max_table_rows, v.mutable_columns, v.mutable_guard, v.record_keys
+       v.max_table_rows, v.mutable_columns, v.mutable_guard, v.record_keys, v.delete_after
 FROM retention.policy_ids p
 CROSS JOIN LATERAL (
     SELECT * FROM retention.policy_versions pv
@@ -24,7 +24,7 @@ SELECT p.id, p.name, v.version, v.change, v.relation_name AS relation, v.kind, v
        v.lease_key, v.lease_expiry, v.search_path,
        v.age_expression, v.age_table, v.age_table_column, v.age_pick,
        v.terminal_table, v.terminal_table_where, v.terminal_table_test, v.visible_rows_only,
-       v.max_table_rows, v.mutable_columns, v.mutable_guard, v.record_keys
+       v.max_table_rows, v.mutable_columns, v.mutable_guard, v.record_keys, v.delete_after
 FROM retention.policy_ids p
 JOIN retention.policy_versions v ON v.policy_id = p.id;
 
@@ -87,7 +87,7 @@ JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN LATERAL (SELECT t.class, t.reason, t.classified_by, t.classified_at
                      FROM retention.table_classes t WHERE t.relation = c.oid
                     ORDER BY t.id DESC LIMIT 1) k ON true
-LEFT JOIN (SELECT p.relation::oid AS relid, bool_or(p.action = 'archive_then_delete') AS archive,
+LEFT JOIN (SELECT p.relation::oid AS relid, bool_or(p.action IN ('archive_then_delete', 'archive')) AS archive,
                   array_agg(p.name ORDER BY p.name) AS policies
              FROM retention.policies p GROUP BY p.relation) g ON g.relid = c.oid
 WHERE c.relkind IN ('r', 'p')

@@ -116,6 +116,19 @@ async fn pass(
     };
     'policies: for policy in list {
         let turn = Instant::now();
+        // A two-window policy's archived rows past its delete_after go first.
+        match ctx.db.prune_archived(&policy).await {
+            Ok(0) => {}
+            Ok(rows) => {
+                tracing::info!(policy = %policy, rows, "deleted archived rows past delete_after")
+            }
+            Err(e) => {
+                p.failures.push(e);
+                if stop_at_failure {
+                    break 'policies;
+                }
+            }
+        }
         loop {
             if !go_on(p.claimed) {
                 p.stopped = true;

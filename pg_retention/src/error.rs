@@ -1,8 +1,8 @@
 //! The extension's one error type, mapped to SQLSTATEs at the SQL boundary.
 //! Every code used here is listed in docs/sql-reference.md.
 
-use pgrx::pg_sys::panic::ErrorReport;
-use pgrx::{PgLogLevel, PgSqlErrorCode};
+use pgrx::pg_sys;
+use std::ffi::{c_char, c_int};
 
 /// Result with [`RetentionError`] as the default error.
 pub type Result<T, E = RetentionError> = std::result::Result<T, E>;
@@ -129,13 +129,30 @@ pub enum RetentionError {
     /// A required argument was NULL (22004).
     #[error("{0} must not be NULL")]
     NullArgument(&'static str),
+    /// A replay from before a policy's retention boundary (RT301).
+    #[error("replay from {from} is older than the retention boundary {floor} of policy {policy}")]
+    ReplayTooOld {
+        policy: String,
+        from: String,
+        floor: String,
+    },
+    /// An update of a row an archive policy holds fixed: terminal and past its window (RT501).
+    #[error("row of {relation} is archive-eligible under policy {policy} and cannot be updated")]
+    ArchivedRowChange { relation: String, policy: String },
+    /// A change of rows an enforced hold covers (RT402): `subject` is the row ("row of t") or
+    /// the table, `change` what was refused ("deleted", "updated", "truncated").
+    #[error("{subject} is under enforced hold {hold} and cannot be {change}")]
+    EnforcedHold {
+        subject: String,
+        change: &'static str,
+        hold: i64,
+        actor: String,
+        reason: String,
+    },
     /// An error PostgreSQL raised inside a step that caught it to clean up (a run's start
     /// or close lets go of its pruner lock first), raised again with its own SQLSTATE.
     #[error("{message}")]
-    Raised {
-        code: pgrx::PgSqlErrorCode,
-        message: String,
-    },
+    Raised { sqlstate: String, message: String },
     /// An internal SPI failure (XX000).
     #[error("internal error: {0}")]
     Internal(String),
@@ -209,8 +226,8 @@ impl RetentionError {
 
     /// The SQLSTATE this error is raised with.
     pub fn sqlstate(&self) -> std::borrow::Cow<'static, str> {
-        if let RetentionError::Raised { code, .. } = self {
-            return crate::subxact::sqlstate(*code).into();
+        if let RetentionError::Raised { sqlstate, .. } = self {
+            return sqlstate.clone().into();
         }
         match self {
             RetentionError::InvalidParameter { .. } => "22023",
@@ -237,6 +254,9 @@ impl RetentionError {
             RetentionError::ClassConflict { .. } => "RT102",
             RetentionError::SourceOfTruth { .. } => "RT103",
             RetentionError::NullArgument(_) => "22004",
+            RetentionError::ArchivedRowChange { .. } => "RT501",
+            RetentionError::ReplayTooOld { .. } => "RT301",
+            RetentionError::EnforcedHold { .. } => "RT402",
             RetentionError::Internal(_) | RetentionError::Raised { .. } => "XX000",
         }
         .into()
@@ -244,6 +264,15 @@ impl RetentionError {
 
     fn detail(&self) -> Option<String> {
         match self {
+            RetentionError::ReplayTooOld { floor, .. } => {
+                Some(format!("Rows older than {floor} may already have been pruned."))
+            }
+            RetentionError::ArchivedRowChange { .. } => Some(
+                "The row is terminal and past the policy's window: it is being or will be archived as it is.".into(),
+            ),
+            RetentionError::EnforcedHold { hold, actor, reason, .. } => {
+                Some(format!("Hold {hold} ({actor}): {reason}"))
+            }
             RetentionError::InvalidParameter { detail, .. }
             | RetentionError::ExpiryConflict { detail, .. } => Some(detail.clone()),
             RetentionError::UndefinedColumn { relation, column } => {
@@ -281,6 +310,17 @@ impl RetentionError {
 
     fn hint(&self) -> Option<String> {
         match self {
+            RetentionError::ReplayTooOld { floor, .. } => {
+                Some(format!("Replay from {floor} or later."))
+            }
+            RetentionError::ArchivedRowChange { .. } => Some(
+                "Deleting it is allowed; changing it is not (but for the policy's mutable_columns). Lift this by altering or dropping the policy.".into(),
+            ),
+            RetentionError::EnforcedHold { change, .. } => Some(if *change == "truncated" {
+                "Enforced holds refuse every change to their rows. Lift the hold (retention.lift_hold) when the matter is closed.".into()
+            } else {
+                "Enforced holds refuse every change to their rows. Lift the hold (retention.lift_hold) when the matter is closed; retention.erase outranks it.".into()
+            }),
             RetentionError::InvalidParameter { hint, .. }
             | RetentionError::WrongState { hint, .. }
             | RetentionError::Privilege { hint, .. }
@@ -334,47 +374,72 @@ impl RetentionError {
         }
     }
 
-    /// Raises this error as a Postgres ERROR with its SQLSTATE, detail and hint. Does not
-    /// return. Only for standard SQLSTATEs: errors of class RT go through [`outcome`].
+    /// Raises this error as a Postgres ERROR with its own SQLSTATE (ours, of class RT, too),
+    /// message, detail and hint. Does not return.
     pub fn report(self) -> ! {
-        let mut report = ErrorReport::new(
-            condition(&self.sqlstate()),
-            self.to_string(),
-            "pg_retention",
-        );
-        if let Some(d) = self.detail() {
-            report = report.set_detail(d);
-        }
-        if let Some(h) = self.hint() {
-            report = report.set_hint(h);
-        }
-        report.report(PgLogLevel::ERROR);
-        unreachable!("an ERROR report does not return")
+        raise(self)
     }
 }
 
-/// The error condition of a five-character SQLSTATE.
-pub fn condition(sqlstate: &str) -> PgSqlErrorCode {
-    let six = |c: u8| (i32::from(c.wrapping_sub(b'0'))) & 0x3F;
-    let packed = sqlstate
+/// The packed form of a five-character SQLSTATE (PostgreSQL's `MAKE_SQLSTATE`).
+fn packed(sqlstate: &str) -> c_int {
+    let six = |c: u8| (c_int::from(c.wrapping_sub(b'0'))) & 0x3F;
+    sqlstate
         .bytes()
         .take(5)
         .enumerate()
-        .fold(0i32, |acc, (i, c)| acc | (six(c) << (6 * i)));
-    PgSqlErrorCode::from(packed)
+        .fold(0, |acc, (i, c)| acc | (six(c) << (6 * i)))
 }
 
-/// Encodes a result for a SQL wrapper: `{"ok": value}` or `{"error": {code, message, detail,
-/// hint}}`. `retention._result` raises the error in plpgsql. Errors with our own SQLSTATEs
-/// (class RT) must be raised there: pgrx re-raises errors that cross a Rust frame with XX000
-/// when it does not know their code.
-pub fn outcome<T: serde::Serialize>(result: Result<T>) -> pgrx::JsonB {
-    let value = match result.and_then(|v| Ok(serde_json::to_value(v)?)) {
-        Ok(v) => serde_json::json!({ "ok": v }),
-        Err(e) => serde_json::json!({ "error": {
-            "code": e.sqlstate(), "message": e.to_string(), "detail": e.detail(), "hint": e.hint() } }),
-    };
-    pgrx::JsonB(value)
+// The error reporting calls themselves, not pgrx's guarded bindings of them: a guarded call
+// turns the ERROR into a Rust panic and reports it again with a code pgrx knows, and it knows
+// none of class RT (they came out as XX000). pgrx reports its own errors through these same
+// calls.
+unsafe extern "C-unwind" {
+    fn errstart(elevel: c_int, domain: *const c_char) -> bool;
+    fn errcode(sqlerrcode: c_int) -> c_int;
+    fn errmsg_internal(fmt: *const c_char, ...) -> c_int;
+    fn errdetail_internal(fmt: *const c_char, ...) -> c_int;
+    fn errhint(fmt: *const c_char, ...) -> c_int;
+    fn errfinish(filename: *const c_char, lineno: c_int, funcname: *const c_char);
+}
+
+/// A copy of `text` in the current memory context (freed with it: an ERROR's transaction ends).
+fn palloc_text(text: &str) -> *mut c_char {
+    // A NUL inside would end the C string early; no message of ours has one, but user text may.
+    let text = text.replace('\0', " ");
+    // Safety: pnstrdup copies `len` bytes and terminates the copy.
+    unsafe { pg_sys::pnstrdup(text.as_ptr().cast(), text.len()) }
+}
+
+/// Raises `error` as an ERROR with its SQLSTATE, message, detail and hint, straight through
+/// PostgreSQL's `ereport`, which longjmps to the caller's error handler. Every Rust value is
+/// dropped (its text copied into the current memory context) before the jump, so no frame the
+/// jump skips has anything left to drop; callers raise only from the outermost frame of a SQL
+/// function (through [`OrReport::or_report`]) once their own values are gone.
+pub fn raise(error: RetentionError) -> ! {
+    let code = packed(&error.sqlstate());
+    let message = palloc_text(&error.to_string());
+    let detail = error.detail().map(|d| palloc_text(&d));
+    let hint = error.hint().map(|h| palloc_text(&h));
+    drop(error);
+    const PERCENT_S: &std::ffi::CStr = c"%s";
+    // Safety: errstart at ERROR always returns true and errfinish does not return; every
+    // argument is a NUL-terminated string in the current memory context or a static one.
+    unsafe {
+        if errstart(pgrx::PgLogLevel::ERROR as c_int, std::ptr::null()) {
+            errcode(code);
+            errmsg_internal(PERCENT_S.as_ptr(), message);
+            if let Some(detail) = detail {
+                errdetail_internal(PERCENT_S.as_ptr(), detail);
+            }
+            if let Some(hint) = hint {
+                errhint(PERCENT_S.as_ptr(), hint);
+            }
+            errfinish(c"error.rs".as_ptr(), 0, c"pg_retention".as_ptr());
+        }
+    }
+    unreachable!("an ERROR does not return")
 }
 
 /// The value of a required argument of a function that also takes optional ones (and so cannot

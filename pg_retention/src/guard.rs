@@ -10,11 +10,13 @@
 //!
 //! The digest check of `complete_batch` still protects every column where these cannot.
 
-use crate::catalog::{Action, Policy, PolicySpec, RelationInfo};
+use crate::catalog::{Policy, PolicySpec, RelationInfo};
 use crate::engine::eligible::age_condition;
 use crate::error::OrReport;
 use crate::error::{Result, RetentionError};
 use crate::sql_text::{ident, literal};
+use crate::trigger_call::Fired;
+use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 
 /// Name of the CHECK constraint of policy `id`.
@@ -127,7 +129,7 @@ fn fixpoint_eligible(policy_id: i64, relation: u32, row: pgrx::AnyElement) -> Re
             "SELECT $1::bigint::oid IN (SELECT a.relid FROM pg_catalog.pg_partition_ancestors($2::bigint::oid) a)",
             &[i64::from(policy.relation).into(), i64::from(relation).into()],
         )? == Some(true);
-    if !governed || policy.action != Action::ArchiveThenDelete {
+    if !governed || !policy.action.archives() {
         return Err(RetentionError::invalid(
             format!("policy {} does not guard this table", policy.name),
             format!("The guard was called for table oid {relation}."),
@@ -143,47 +145,88 @@ fn fixpoint_eligible(policy_id: i64, relation: u32, row: pgrx::AnyElement) -> Re
     crate::author::row_matches(policy.owner, &eligible, rowtype, row)
 }
 
-/// Whether `row`, the old version of a row of `relation` being updated, is archive-eligible
-/// under policy `policy_id`, evaluated with the privileges of the policy's owner (the trigger
-/// fires as whoever updates the table).
-#[pg_extern(security_definer, stable, parallel_restricted)]
-#[search_path(pg_catalog, pg_temp)]
-fn _fixpoint_eligible(policy_id: i64, relation: pg_sys::Oid, row: pgrx::AnyElement) -> bool {
-    fixpoint_eligible(policy_id, relation.to_u32(), row).or_report()
-}
-
-/// Whether an update changes no column of the row but the policy's `mutable_columns` (`old`
-/// and `new` as jsonb): the guard lets such an update of an eligible row through.
+/// Whether an update changes no column of the row but the policy's `mutable_columns`: the
+/// guard lets such an update of an eligible row through. Compared as the rows' JSON, without
+/// those columns.
 fn only_mutable_changed(
-    policy_id: i64,
-    old: &serde_json::Value,
-    new: &serde_json::Value,
+    policy: &Policy,
+    rowtype: u32,
+    old: pgrx::AnyElement,
+    new: pgrx::AnyElement,
 ) -> Result<bool> {
-    let Some(policy) = Policy::by_id(policy_id)? else {
-        return Ok(true);
-    };
     let Some(mutable) = policy.mutable_columns.as_ref().filter(|m| !m.is_empty()) else {
         // Without mutable columns every update of an eligible row is refused.
         return Ok(false);
     };
-    let (Some(old), Some(new)) = (old.as_object(), new.as_object()) else {
-        return Ok(false);
+    let row = PgOid::from(pg_sys::Oid::from(rowtype));
+    let plan = crate::catalog::prepared::cached(
+        "SELECT (pg_catalog.to_jsonb($1) OPERATOR(pg_catalog.-) $3)
+                OPERATOR(pg_catalog.=) (pg_catalog.to_jsonb($2) OPERATOR(pg_catalog.-) $3)",
+        &[row, row, PgBuiltInOids::TEXTARRAYOID.oid()],
+        false,
+    )?;
+    // Safety: both rows are the trigger's, of the table's row type.
+    let args = unsafe {
+        [
+            DatumWithOid::new(old, row.value()),
+            DatumWithOid::new(new, row.value()),
+            DatumWithOid::from(mutable.clone()),
+        ]
     };
-    let kept = |row: &serde_json::Map<String, serde_json::Value>| {
-        row.iter()
-            .filter(|(k, _)| !mutable.contains(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<std::collections::BTreeMap<_, _>>()
-    };
-    Ok(kept(old) == kept(new))
+    Ok(crate::catalog::prepared::one::<bool>(&plan, &args)? == Some(true))
 }
 
-/// Whether an update of a row of policy `policy_id`'s table changes only its declared
-/// `mutable_columns` (the guard trigger asks, for an eligible row).
-#[pg_extern(security_definer, stable, parallel_restricted)]
-#[search_path(pg_catalog, pg_temp)]
-fn _only_mutable_changed(policy_id: i64, old: pgrx::JsonB, new: pgrx::JsonB) -> bool {
-    only_mutable_changed(policy_id, &old.0, &new.0).or_report()
+/// Why the update that fired the fixpoint guard is refused (RT501), if it is: the row it
+/// changes is archive-eligible under the guard's policy (evaluated with the privileges of the
+/// policy's owner: the trigger fires as whoever updates the table) and it changes more than the
+/// policy's `mutable_columns`.
+fn fixpoint_refusal(fired: &Fired) -> Result<Option<RetentionError>> {
+    let (Some(old), Some(new)) = (fired.old_row(), fired.new_row()) else {
+        return Ok(None);
+    };
+    let (Some(policy_id), Some(name)) = (
+        fired.args.first().and_then(|a| a.parse::<i64>().ok()),
+        fired.args.get(1),
+    ) else {
+        return Err(RetentionError::invalid(
+            "a fixpoint guard without its policy",
+            "The guard trigger's arguments are the policy's id and name.",
+            "Fixpoint guards are installed by retention.add_policy; do not create them by hand.",
+        ));
+    };
+    if !fixpoint_eligible(policy_id, fired.relation, old)? {
+        return Ok(None);
+    }
+    let Some(policy) = Policy::by_id(policy_id)? else {
+        return Ok(None);
+    };
+    if only_mutable_changed(&policy, fired.rowtype, old, new)? {
+        return Ok(None);
+    }
+    Ok(Some(RetentionError::ArchivedRowChange {
+        relation: fired.table_name()?,
+        policy: name.clone(),
+    }))
+}
+
+/// `retention._fixpoint_guard()` (declared in sql/api.sql, SECURITY DEFINER): the BEFORE UPDATE
+/// row trigger of an archive policy's table, its arguments the policy's id and name. Refuses
+/// (RT501) an update of a row that is archive-eligible, but for its `mutable_columns`.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_retention_fixpoint_guard(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // Safety: called by the executor as a trigger function.
+    let fired = unsafe { Fired::read(fcinfo) }.or_report();
+    let refusal = fixpoint_refusal(&fired);
+    crate::trigger_call::answer(fired, refusal)
+}
+
+/// Calling convention of `retention._fixpoint_guard()`.
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_pg_retention_fixpoint_guard() -> &'static pg_sys::Pg_finfo_record {
+    &crate::trigger_call::FINFO_V1
 }
 
 /// Refuses (22023, 42703, 42704) `mutable_columns` and `mutable_guard` that are not as
@@ -201,7 +244,7 @@ pub fn validate_mutable(spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
             "Give both: mutable_columns => ARRAY['invalidated_at'], mutable_guard => '<constraint or trigger>'.",
         ));
     };
-    if spec.action != Action::ArchiveThenDelete {
+    if !spec.action.archives() {
         return Err(RetentionError::invalid(
             "mutable_columns applies to archive_then_delete policies",
             "Only an archive policy freezes its eligible rows.",

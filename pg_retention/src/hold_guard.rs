@@ -9,8 +9,9 @@
 //! placed it.
 
 use crate::catalog::{query_json, RelationInfo};
-use crate::error::{OrReport, Result};
+use crate::error::{OrReport, Result, RetentionError};
 use crate::sql_text::ident;
+use crate::trigger_call::{Event, Fired};
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 
@@ -149,55 +150,79 @@ fn refusing(relation: u32, row: pgrx::AnyElement) -> Result<Option<Enforced>> {
     Ok(None)
 }
 
-/// hold_id, actor, reason
-type HoldRow = (Option<i64>, Option<String>, Option<String>);
-
-fn as_rows(hold: Option<Enforced>) -> Vec<HoldRow> {
-    hold.map(|h| (Some(h.id), Some(h.actor), Some(h.reason)))
-        .into_iter()
-        .collect()
+/// Why the UPDATE or DELETE that fired `retention._hold_enforce` is refused (RT402), if it is.
+fn row_refusal(fired: &Fired) -> Result<Option<RetentionError>> {
+    let Some(old) = fired.old_row() else {
+        return Ok(None);
+    };
+    let Some(hold) = refusing(fired.relation, old)? else {
+        return Ok(None);
+    };
+    Ok(Some(RetentionError::EnforcedHold {
+        subject: format!("row of {}", fired.table_name()?),
+        change: if fired.event == Event::Delete {
+            "deleted"
+        } else {
+            "updated"
+        },
+        hold: hold.id,
+        actor: hold.actor,
+        reason: hold.reason,
+    }))
 }
 
-/// The enforced hold that covers `row` of table `relation` (the trigger's), if any.
-#[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
-// pgrx needs the named tuple spelled out in the signature to name the result columns.
-#[allow(clippy::type_complexity)]
-fn _enforced_hold(
-    relation: pg_sys::Oid,
-    row: pgrx::AnyElement,
-) -> TableIterator<
-    'static,
-    (
-        name!(hold_id, Option<i64>),
-        name!(actor, Option<String>),
-        name!(reason, Option<String>),
-    ),
-> {
-    TableIterator::new(as_rows(refusing(relation.to_u32(), row).or_report()))
+/// Why the TRUNCATE that fired `retention._hold_enforce_truncate` is refused (RT402), if it
+/// is: an enforced hold covers rows of the table (or of a table above it).
+fn truncate_refusal(fired: &Fired) -> Result<Option<RetentionError>> {
+    let Some(hold) = enforced_on(fired.relation)?.holds.into_iter().next() else {
+        return Ok(None);
+    };
+    Ok(Some(RetentionError::EnforcedHold {
+        subject: fired.table_name()?,
+        change: "truncated",
+        hold: hold.id,
+        actor: hold.actor,
+        reason: hold.reason,
+    }))
 }
 
-/// The first enforced hold on table `relation` (or above it), if any: a TRUNCATE would remove
-/// its rows.
-#[pg_extern]
-#[search_path(pg_catalog, pg_temp)]
-#[allow(clippy::type_complexity)]
-fn _enforced_hold_on(
-    relation: pg_sys::Oid,
-) -> TableIterator<
-    'static,
-    (
-        name!(hold_id, Option<i64>),
-        name!(actor, Option<String>),
-        name!(reason, Option<String>),
-    ),
-> {
-    let first = enforced_on(relation.to_u32())
-        .or_report()
-        .holds
-        .into_iter()
-        .next();
-    TableIterator::new(as_rows(first))
+/// `retention._hold_enforce()` (sql/api.sql, SECURITY DEFINER): the BEFORE UPDATE OR DELETE
+/// row trigger of a table with enforced holds.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_retention_hold_enforce(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // Safety: called by the executor as a trigger function.
+    let fired = unsafe { Fired::read(fcinfo) }.or_report();
+    let refusal = row_refusal(&fired);
+    crate::trigger_call::answer(fired, refusal)
+}
+
+/// `retention._hold_enforce_truncate()` (sql/api.sql, SECURITY DEFINER): the BEFORE TRUNCATE
+/// statement trigger of a table with enforced holds.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn pg_retention_hold_enforce_truncate(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // Safety: called by the executor as a trigger function.
+    let fired = unsafe { Fired::read(fcinfo) }.or_report();
+    let refusal = truncate_refusal(&fired);
+    crate::trigger_call::answer(fired, refusal)
+}
+
+/// Calling convention of `retention._hold_enforce()`.
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_pg_retention_hold_enforce() -> &'static pg_sys::Pg_finfo_record {
+    &crate::trigger_call::FINFO_V1
+}
+
+/// Calling convention of `retention._hold_enforce_truncate()`.
+#[unsafe(no_mangle)]
+pub extern "C" fn pg_finfo_pg_retention_hold_enforce_truncate() -> &'static pg_sys::Pg_finfo_record
+{
+    &crate::trigger_call::FINFO_V1
 }
 
 /// Installs the triggers of enforced holds on `rel`, unless they are there.

@@ -2,7 +2,8 @@
 //! release runs every script in the chain against this library, and PostgreSQL looks up the C
 //! symbol of each `CREATE FUNCTION … LANGUAGE c` it runs. The functions below are gone (the run
 //! protocol keeps its state in the backend now: `api/sweep.rs`; wake() tells the launcher
-//! through `worker/board.rs`); the 0.5.0 script drops them
+//! through `worker/board.rs`; the fixpoint guard is a C trigger function: `guard.rs`); the
+//! 0.5.0 script drops them
 //! again before it ends. Called anyway, each raises.
 
 use pgrx::pg_sys;
@@ -37,4 +38,5 @@ removed! {
     pg_finfo__sweep_failed_wrapper, _sweep_failed_wrapper, "_sweep_failed";
     pg_finfo__sweep_finish_wrapper, _sweep_finish_wrapper, "_sweep_finish";
     pg_finfo__set_latch_wrapper, _set_latch_wrapper, "_set_latch";
+    pg_finfo__fixpoint_eligible_wrapper, _fixpoint_eligible_wrapper, "_fixpoint_eligible";
 }

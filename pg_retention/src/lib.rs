@@ -25,6 +25,7 @@ mod sql_text;
 mod subxact;
 mod tid;
 mod timeout;
+mod trigger_call;
 mod worker;
 
 ::pgrx::pg_module_magic!(name, version);

@@ -112,8 +112,6 @@ unsafe fn begin() -> impl Fn() + Copy {
 pub struct Failure {
     /// The error's SQLSTATE (five characters).
     pub condition: String,
-    /// The same, as an error condition.
-    pub code: PgSqlErrorCode,
     /// Its message.
     pub message: String,
 }
@@ -122,7 +120,7 @@ impl Failure {
     /// The error again, with its SQLSTATE, to raise once the caller has cleaned up.
     pub fn again(self) -> crate::error::RetentionError {
         crate::error::RetentionError::Raised {
-            code: self.code,
+            sqlstate: self.condition,
             message: self.message,
         }
     }
@@ -158,7 +156,6 @@ fn caught<T>(
             Err(e) => Ok((
                 Err(Failure {
                     condition: e.sqlstate().into_owned(),
-                    code: crate::error::condition(&e.sqlstate()),
                     message: e.to_string(),
                 }),
                 false,
@@ -177,7 +174,6 @@ fn caught<T>(
                 CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => Ok((
                     Err(Failure {
                         condition: sqlstate(r.sql_error_code()),
-                        code: r.sql_error_code(),
                         message: r.message().to_owned(),
                     }),
                     true,

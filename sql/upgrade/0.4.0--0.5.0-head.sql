@@ -4,8 +4,9 @@
 -- report_position, unregister_consumer, consumer_status; the retention.consumers view), the
 -- retention_consumer role, and preview's pinned column; and archives that expire under the
 -- same governance: archive_keep on policies (policy_versions.archive_keep), the archive
--- expirations index (retention.archive_expirations, retention.archives.expired_at) and the
--- functions the archiver's `expire` calls; the kinds `unreferenced` and `orphan` (with
+-- expirations index (retention.archive_expirations, retention.archives.expired_at), the
+-- functions the archiver's `expire` calls and their operations' state
+-- (retention.expire_operations); the kinds `unreferenced` and `orphan` (with
 -- lease_table, lease_key, lease_expiry); and paced sweeps (pg_retention.max_replica_lag,
 -- max_wal_rate: retention.wal_budget, worker_state.paused_since and pause_reason, the
 -- ledger's pause entries in retention.stats); erasure (retention.erase, erase_in_batches, the
@@ -61,6 +62,28 @@ CREATE TRIGGER append_only BEFORE UPDATE OR DELETE ON retention.archive_expirati
 CREATE TRIGGER append_only_truncate BEFORE TRUNCATE ON retention.archive_expirations
     FOR EACH STATEMENT EXECUTE FUNCTION retention._refuse_change();
 SELECT pg_catalog.pg_extension_config_dump('retention.archive_expirations', '');
+
+-- The archiver's expire operations, where each stands (sql/archive.sql); new in 0.5.0 with the
+-- functions that write it, so there is nothing to carry over.
+CREATE TABLE retention.expire_operations (
+    operation    uuid PRIMARY KEY,
+    prepared_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+    prepared_by  text NOT NULL CHECK (prepared_by <> ''),
+    plan_sha256  text NOT NULL CHECK (plan_sha256 ~ '^[0-9a-f]{64}$'),
+    quiescence   interval NOT NULL CHECK (quiescence >= interval '0'),
+    archive_ids  bigint[] NOT NULL CHECK (cardinality(archive_ids) > 0),
+    objects      bigint NOT NULL,
+    bytes        bigint NOT NULL,
+    tombstone    text NOT NULL,
+    state        text NOT NULL DEFAULT 'prepared'
+                 CHECK (state IN ('prepared', 'partial', 'refused', 'completed')),
+    applies      bigint NOT NULL DEFAULT 0,
+    deleted_keys text[] NOT NULL DEFAULT '{}',
+    last_outcome text CHECK (last_outcome IN ('completed', 'partial', 'refused', 'not_ready')),
+    updated_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+    CHECK ((applies = 0) = (last_outcome IS NULL))
+);
+SELECT pg_catalog.pg_extension_config_dump('retention.expire_operations', '');
 
 ALTER TABLE retention.worker_state ADD COLUMN paused_since timestamptz, ADD COLUMN pause_reason text,
     ADD COLUMN last_visit_end timestamptz, ADD COLUMN cycle_resume bigint[];
@@ -150,10 +173,32 @@ ALTER TABLE retention.policy_versions ADD COLUMN age_expression text, ADD COLUMN
     ADD COLUMN max_table_rows bigint CHECK (max_table_rows > 0),
     ADD COLUMN mutable_columns text[], ADD COLUMN mutable_guard text,
     ADD COLUMN record_keys boolean;
+-- Archive-and-keep policies and the two-window form (archive/deferred.rs): the action
+-- 'archive', delete_after, batches archived with their rows kept, and those rows' keys.
+ALTER TABLE retention.policy_versions ADD COLUMN delete_after interval,
+    DROP CONSTRAINT policy_versions_action_check,
+    ADD CONSTRAINT policy_versions_action_check
+        CHECK (action IN ('delete', 'archive_then_delete', 'archive'));
+ALTER TABLE retention.batches DROP CONSTRAINT batches_state_check,
+    ADD CONSTRAINT batches_state_check
+        CHECK (state IN ('claimed', 'pruned', 'released', 'expired', 'archived'));
+CREATE TABLE retention.archived_rows (
+    policy_id bigint NOT NULL REFERENCES retention.policy_ids (id),
+    key       text[] NOT NULL,
+    batch_id  uuid NOT NULL REFERENCES retention.batches (id),
+    owner     regrole NOT NULL,
+    PRIMARY KEY (policy_id, key)
+);
+CREATE INDEX archived_rows_batch ON retention.archived_rows (batch_id);
+ALTER TABLE retention.archived_rows ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_reads ON retention.archived_rows FOR SELECT
+    USING (owner = current_user::text::regrole);
+GRANT SELECT ON retention.archived_rows TO retention_admin;
+SELECT pg_catalog.pg_extension_config_dump('retention.archived_rows', '');
 ALTER TABLE retention.hold_records ADD COLUMN enforced boolean NOT NULL DEFAULT false;
 ALTER TABLE retention.ledger_entries ADD CONSTRAINT ledger_entries_method CHECK (method IN (
         'prune', 'hold_skip', 'cap_reached', 'error', 'run', 'hold_place', 'hold_lift',
-        'claim', 'resume', 'release', 'lease_expired', 'lower_floor', 'drop_partition',
+        'claim', 'archive', 'resume', 'release', 'lease_expired', 'lower_floor', 'drop_partition',
         'drop_skipped', 'orphan_sweep', 'consumer_register', 'consumer_unregister',
         'erasure', 'hold_collision', 'supersede', 'pause', 'reference_skip',
         'erasure_scrub', 'skip_locked', 'worker_crash', 'cycle_cap', 'expire_prepare',

@@ -357,8 +357,9 @@ fn null_elements_and_catalog_tables_are_typed_refusals() {
     assert_eq!(code, "42501", "{msg}");
 }
 
-/// Class 7: the run protocol takes no state from its client. A made-up state names no run of
-/// this session; the actor is who runs it; the ledger's internals are the engine's alone.
+/// Class 7: the run protocol takes no state from its client. A token names a run of this
+/// session only: one made up, or another session's, is refused; the actor is who runs it; the
+/// ledger's internals are the engine's alone.
 #[test]
 fn the_run_protocol_accepts_no_client_made_state() {
     let c = Cluster::start(&[]);
@@ -381,24 +382,22 @@ fn the_run_protocol_accepts_no_client_made_state() {
         &mut admin,
         "SELECT id FROM retention.policies WHERE name = 't'",
     );
-    let forged = format!(
-        r#"{{"policy_id": {id}, "policy": "t", "version": 1, "run_id": "00000000-0000-0000-0000-000000000000",
-            "actor": "worker", "lo": [0, 0], "span": 0, "deleted": 424242, "batches": 1, "cap": 1000000,
-            "done": true, "outcome": "ok", "reason": null, "token": 1}}"#
-    );
-    for sql in [
-        format!("SELECT retention._sweep_step_safe('{forged}'::jsonb)"),
-        format!("SELECT retention._run_end('{forged}'::jsonb, false)"),
-        format!("SELECT retention._run_pace('{forged}'::jsonb)"),
-    ] {
-        let (code, msg) = expect_error(&mut admin, &sql);
-        assert_eq!(code, "22023", "{sql}: {msg}");
+    // A run begun in another session: its token is a plain number, and names nothing here.
+    let mut other = c.connect_as("postgres", "admin");
+    let theirs = scalar(&mut other, &format!("SELECT retention._run_begin({id})"));
+    for token in [theirs, 0, -1, 424242, i64::MAX] {
+        for sql in [
+            format!("SELECT retention._run_advance({token})"),
+            format!("SELECT * FROM retention._run_progress({token})"),
+            format!("SELECT * FROM retention._run_end({token})"),
+        ] {
+            let (code, msg) = expect_error(&mut admin, &sql);
+            assert_eq!(code, "22023", "{sql}: {msg}");
+        }
     }
-    let (code, msg) = expect_error(
-        &mut admin,
-        &format!("SELECT retention._run_begin({id}, 'worker', NULL, false)"),
-    );
-    assert_eq!(code, "42501", "{msg}");
+    other
+        .batch_execute(&format!("SELECT * FROM retention._run_end({theirs})"))
+        .unwrap();
     for sql in [
         format!("SELECT retention._ledger_pause({id}, 'r', 1e9, 'worker')"),
         format!("SELECT retention._ledger_skip_locked({id}, 'worker')"),
@@ -407,7 +406,8 @@ fn the_run_protocol_accepts_no_client_made_state() {
         let (code, msg) = expect_error(&mut admin, &sql);
         assert_eq!(code, "42501", "{sql}: {msg}");
     }
-    // The only run entry is the one a real run writes, by the admin.
+    // The only run entries are those real runs write, by the admin: the other session's,
+    // ended before its first step, and the one CALL retention.run() makes.
     admin.batch_execute("CALL retention.run('t')").unwrap();
     let runs: Vec<(String, i64)> = admin
         .query(
@@ -418,7 +418,7 @@ fn the_run_protocol_accepts_no_client_made_state() {
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    assert_eq!(runs, [("admin".to_owned(), 10)]);
+    assert_eq!(runs, [("admin".to_owned(), 0), ("admin".to_owned(), 10)]);
     assert_eq!(scalar(&mut db, "SELECT count(*) FROM t"), 0);
 }
 

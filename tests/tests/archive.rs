@@ -1257,28 +1257,36 @@ fn the_archiver_role_runs_the_protocol_and_nothing_else() {
     }
 }
 
+/// A refused prune is an error raised by the function itself (no result value to ignore): a
+/// caller that catches it and commits commits none of its deletes.
 #[test]
-fn a_refused_prune_undoes_its_own_deletes_even_when_its_caller_does_not_raise() {
+fn a_refused_prune_undoes_its_own_deletes_even_when_its_caller_catches_the_refusal() {
     let c = Cluster::start(&[]);
     let (_, mut admin, mut arch) = audit(&c, 200);
     let batch = claim(&mut arch, 50).expect("a batch");
     let (_, digest, rows, bytes) = slice(&mut arch, &batch);
     let before = scalar(&mut admin, "SELECT count(*) FROM audit");
-    // The internal function returns its refusal as a value; nothing here raises it, and the
-    // transaction commits. The archiver may not read the table, so the count inside its
+    // The caller catches the refusal (a PL/pgSQL handler, as a scheduler's wrapper would) and
+    // the transaction commits. The archiver may not read the table, so the count inside its
     // transaction needs a superuser's session that calls as `archiver` (SET LOCAL ROLE), then
     // reads as itself.
     let mut su = c.connect("postgres");
     let mut tx = su.transaction().unwrap();
     tx.batch_execute("SET LOCAL ROLE archiver").unwrap();
+    tx.batch_execute(&format!(
+        "CREATE TEMP TABLE caught (state text);
+         DO $$ BEGIN
+             PERFORM retention._complete_batch('{batch}', 'test/x', '{digest}00', {rows}, {bytes}, NULL);
+         EXCEPTION WHEN OTHERS THEN
+             INSERT INTO caught VALUES (SQLSTATE);
+         END $$;"
+    ))
+    .unwrap();
     let result: String = tx
-        .query_one(
-            "SELECT retention._complete_batch($1, 'test/x', $2, $3, $4, NULL)::text",
-            &[&batch, &format!("{digest}00"), &rows, &bytes],
-        )
+        .query_one("SELECT string_agg(state, ',') FROM caught", &[])
         .unwrap()
         .get(0);
-    assert!(result.contains("RT502"), "refused: {result}");
+    assert_eq!(result, "RT502", "refused");
     tx.batch_execute("RESET ROLE").unwrap();
     let inside: i64 = tx
         .query_one("SELECT count(*) FROM audit", &[])

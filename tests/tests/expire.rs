@@ -1,7 +1,8 @@
 //! Archives that expire: `expire plan` (deterministic, zero store writes, held archives
 //! refused), `prepare` (tombstone + ledger), `apply` (not before the quiescence interval; refuses
 //! a changed inventory; a partial delete retried on the remaining keys only) and `status` (from
-//! the ledger and the tombstone, in a new process).
+//! the operation's row and the tombstone, in a new process; tests/tests/expire_operations.rs
+//! has the row itself).
 //!
 //! Every archiver command here (`once`, `ls`, `verify`, `expire plan / prepare / apply /
 //! status`, `sweep-orphans`) runs as production runs them: as `archiver`, a LOGIN role that is
@@ -272,7 +273,7 @@ fn expire_apply_waits_for_quiescence_then_deletes_exactly_the_planned_keys() {
         ),
         2
     );
-    // Applying again is idempotent; status (a new process) reads the ledger.
+    // Applying again is idempotent; status (a new process) reads the operation's state.
     let o = apply(&a, &op, &sha);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let o = a.run(&["expire", "status", "--operation-id", &op]);

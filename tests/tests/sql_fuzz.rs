@@ -283,8 +283,6 @@ struct World {
     /// Hex of the slices of the live and the archived batch.
     live_slice: String,
     done_slice: String,
-    /// A state `_sweep_start` returned.
-    sweep_state: serde_json::Value,
 }
 
 /// Connects as `role` with the fuzzing limits; `seq` names the session (application_name).
@@ -376,12 +374,6 @@ fn setup(c: &Cluster) -> World {
         .unwrap();
     let (live_batch, live_slice): (String, String) = (row.get(0), row.get(1));
 
-    let fuzz_age = scalar(
-        &mut db,
-        "SELECT id FROM retention.policies WHERE name = 'fuzz_age'",
-    );
-    let sweep_state = first_sweep_state(&mut f, fuzz_age);
-
     let tables = db
         .query(
             "SELECT c.relname::text, c.oid FROM pg_class c
@@ -412,30 +404,7 @@ fn setup(c: &Cluster) -> World {
         archive_blake3,
         live_slice,
         done_slice,
-        sweep_state,
     }
-}
-
-/// A state as the start of a run of policy `id` returns it (from whichever entry point the
-/// installed version has), or one written by hand with the fields a run's state has.
-fn first_sweep_state(f: &mut Client, id: i64) -> serde_json::Value {
-    for start in [
-        "SELECT retention._run_begin($1, 'fuzzer', NULL, false)::text",
-        "SELECT retention._sweep_start($1, 'fuzzer', NULL)::text",
-    ] {
-        if let Ok(Some(state)) = f
-            .query_one(start, &[&id])
-            .map(|r| r.get::<_, Option<String>>(0))
-        {
-            return serde_json::from_str(&state).unwrap();
-        }
-    }
-    serde_json::json!({
-        "policy_id": id, "policy": "fuzz_age", "version": 1,
-        "run_id": "00000000-0000-4000-8000-000000000001", "actor": "fuzzer",
-        "lo": [0, 0], "span": 8, "deleted": 0, "batches": 0, "cap": 1000000,
-        "done": false, "outcome": "running", "reason": null
-    })
 }
 
 /// Brings back what earlier calls may have dropped, disabled, deleted or ended, so later
@@ -590,38 +559,15 @@ fn type_values(ty: &str, w: &World, rng: &mut Rng) -> Vec<Val> {
                 "<archived slice cut short>",
             ),
         ],
-        "jsonb" | "json" => {
-            let mut vals = vec![
-                null(),
-                lit("null"),
-                lit("{}"),
-                lit("[]"),
-                lit("{\"ok\":1}"),
-                lit("\"x\""),
-                lit("123456789012345678901234567890"),
-            ];
-            vals.extend(sweep_states(w));
-            vals.extend([
-                begun_run(w, "fuzz_age", false),
-                begun_run(w, "fuzz_parted", false),
-                begun_run(w, "fuzz_age", true),
-                begun_run(w, "fuzz_parted", true),
-                labelled(
-                    format!(
-                        "retention._run_end({}, true)",
-                        begun_run(w, "fuzz_age", false).sql
-                    ),
-                    "<run of fuzz_age begun and ended here>",
-                ),
-                lit("{\"token\": 1}"),
-                lit("{\"token\": 0}"),
-                lit("{\"token\": -1}"),
-                lit("{\"token\": 18446744073709551615}"),
-                lit("{\"token\": 1e30}"),
-                lit("{\"token\": \"1\"}"),
-            ]);
-            vals
-        }
+        "jsonb" | "json" => vec![
+            null(),
+            lit("null"),
+            lit("{}"),
+            lit("[]"),
+            lit("{\"ok\":1}"),
+            lit("\"x\""),
+            lit("123456789012345678901234567890"),
+        ],
         "boolean" => vec![null(), v("true"), v("false")],
         "timestamp with time zone" => vec![
             null(),
@@ -660,88 +606,39 @@ fn live_batch() -> Val {
     labelled(format!("'{LIVE}'"), "<live batch>")
 }
 
-/// A run of `policy` begun in the statement itself (a run's state is only good in the session
-/// that began it), optionally stepped once.
-fn begun_run(w: &World, policy: &str, stepped: bool) -> Val {
+/// The token of a run of `policy` begun in the statement itself (a token names a run only in
+/// the session that began it), optionally advanced once or ended.
+fn begun_run(w: &World, policy: &str, then: Then) -> Val {
     let id = w.policies.iter().find(|p| p.0 == policy).map_or(0, |p| p.1);
-    let begin = format!("retention._run_begin({id}, current_user::text, NULL, true)");
-    if stepped {
-        labelled(
-            format!("retention._sweep_step_safe({begin})"),
-            format!("<run of {policy} begun and stepped here>"),
-        )
-    } else {
-        labelled(begin, format!("<run of {policy} begun here>"))
+    // The begin is in a subquery of its own, so that it runs once (volatile: not pulled up).
+    let begun = format!("(SELECT retention._run_begin({id}) AS t) b");
+    match then {
+        Then::Nothing => labelled(
+            format!("retention._run_begin({id})"),
+            format!("<run of {policy} begun here>"),
+        ),
+        Then::Advance => labelled(
+            format!("(SELECT CASE WHEN retention._run_advance(b.t) IS NULL THEN b.t ELSE b.t END FROM {begun})"),
+            format!("<run of {policy} begun and advanced here>"),
+        ),
+        Then::End => labelled(
+            format!("(SELECT b.t FROM {begun}, LATERAL retention._run_end(b.t) e)"),
+            format!("<run of {policy} begun and ended here>"),
+        ),
     }
+}
+
+/// What [`begun_run`] does with the run it begins.
+#[derive(Clone, Copy)]
+enum Then {
+    Nothing,
+    Advance,
+    End,
 }
 
 /// The first half of a hex string (a truncated slice).
 fn truncate_hex(hex: &str) -> &str {
     &hex[..(hex.len() / 4) * 2]
-}
-
-/// The real sweep state and forged variants of it, as jsonb literals.
-fn sweep_states(w: &World) -> Vec<Val> {
-    let base = &w.sweep_state;
-    let forged = |label: &str, edit: &dyn Fn(&mut serde_json::Value)| {
-        let mut s = base.clone();
-        edit(&mut s);
-        labelled(
-            format!("'{}'", s.to_string().replace('\'', "''")),
-            format!("<sweep state: {label}>"),
-        )
-    };
-    let other = w.policies.iter().map(|p| p.1).max().unwrap_or(0);
-    let oid = |name: &str| {
-        w.tables
-            .iter()
-            .find(|t| t.0 == name)
-            .map(|t| t.1)
-            .unwrap_or(0)
-    };
-    let (plain, pg_class, old_leaf) = (oid("fuzz_plain"), oid("pg_class"), oid("fuzz_parted_old"));
-    let dropped = w.dropped_oid;
-    vec![
-        forged("as started", &|_| {}),
-        forged("another policy's id", &|s| s["policy_id"] = other.into()),
-        forged("policy_id i64::MAX", &|s| s["policy_id"] = i64::MAX.into()),
-        forged("leaves=[pg_class, dropped]", &|s| {
-            s["leaves"] = serde_json::json!([pg_class, dropped]);
-            s["retire"] = true.into();
-        }),
-        forged("leaves=[fuzz_parted_old], retire", &|s| {
-            s["leaves"] = serde_json::json!([old_leaf]);
-            s["retire"] = true.into();
-        }),
-        forged("detached=[fuzz_plain]", &|s| {
-            s["detached"] = serde_json::json!([plain])
-        }),
-        forged("lo=[u64::MAX,u64::MAX], span=0", &|s| {
-            s["lo"] = serde_json::json!([u64::MAX, u64::MAX]);
-            s["span"] = 0.into();
-        }),
-        forged("cap=-1, deleted=i64::MAX", &|s| {
-            s["cap"] = (-1).into();
-            s["deleted"] = i64::MAX.into();
-        }),
-        forged("version=-1, actor=postgres", &|s| {
-            s["version"] = (-1).into();
-            s["actor"] = "postgres".into();
-            s["run_id"] = "not-a-uuid".into();
-        }),
-        forged("done, outcome=error", &|s| {
-            s["done"] = true.into();
-            s["outcome"] = "error".into();
-        }),
-        forged("age_from=garbage", &|s| s["age_from"] = "not a time".into()),
-        forged("leaves=[u32::MAX]", &|s| {
-            s["leaves"] = serde_json::json!([u32::MAX])
-        }),
-        forged("step_wal_bytes=i64::MIN", &|s| {
-            s["step_wal_bytes"] = i64::MIN.into()
-        }),
-        forged("paced={}", &|s| s["paced"] = serde_json::json!({})),
-    ]
 }
 
 /// Extra values for an argument, by its name: almost-right values that reach past the first
@@ -825,6 +722,13 @@ fn named_values(arg: &Arg, w: &World) -> Vec<Val> {
             vec![lit("1"), lit("2025-01-01 00:00:00+00"), lit("(1)")]
         }
         ("policy_id", "bigint") => ids(&policy_ids),
+        ("token", "bigint") => vec![
+            begun_run(w, "fuzz_age", Then::Nothing),
+            begun_run(w, "fuzz_parted", Then::Nothing),
+            begun_run(w, "fuzz_age", Then::Advance),
+            begun_run(w, "fuzz_parted", Then::Advance),
+            begun_run(w, "fuzz_age", Then::End),
+        ],
         ("hold_id", "bigint") => ids(&[w.hold_id]),
         ("archive_id", "bigint") => ids(&[w.archive_id]),
         ("rows", "bigint") => ids(&[w.archive_rows]),
@@ -917,7 +821,7 @@ fn default_value(routine: &Routine, index: usize, w: &World) -> Val {
         ),
         ("columns", "text[]") => lit("{id,state,created_at,payload}"),
         ("batch", "uuid") => live_batch(),
-        ("state", "jsonb") => begun_run(w, "fuzz_age", false),
+        ("token", "bigint") => begun_run(w, "fuzz_age", Then::Nothing),
         _ if index + routine.defaults.len() >= routine.args.len() => {
             let expr = &routine.defaults[index + routine.defaults.len() - routine.args.len()];
             labelled(expr.clone(), format!("DEFAULT {expr}"))

@@ -106,3 +106,100 @@ fn every_function_answers_nulls_and_garbage_with_a_documented_sqlstate() {
         problems.join("\n")
     );
 }
+
+/// Refusals come straight from the function called, with their own SQLSTATE (ours, of class
+/// RT, too), message, detail and hint, and no PL/pgSQL frame: the wrappers that are one SELECT
+/// of their internal are inlined, so their errors carry no context at all; the archive
+/// protocol's wrappers (which pin output settings) show only their own SQL frame.
+#[test]
+fn refusals_raise_their_own_sqlstate_without_a_plpgsql_frame() {
+    let c = Cluster::start(&[]);
+    c.execute(
+        "postgres",
+        "CREATE TABLE ledgerish (id bigint PRIMARY KEY, at timestamptz NOT NULL);
+         CREATE TABLE accounts (id bigint PRIMARY KEY, at timestamptz NOT NULL);",
+    );
+    c.grant_app_and_admin("postgres");
+    let mut admin = c.admin("postgres");
+    admin
+        .batch_execute(
+            "SELECT retention.classify('accounts', 'source_of_truth', 'the customer record')",
+        )
+        .unwrap();
+    let cases: &[(&str, &str, bool)] = &[
+        // (call, SQLSTATE, inlined: no context at all)
+        (
+            "SELECT retention.place_hold('ledgerish', 'no_such_column = 1', 'audit', 'legal')",
+            "RT101",
+            true,
+        ),
+        (
+            "SELECT retention.add_policy('acc', 'accounts', 'age', age_column => 'at', older_than => '1 day')",
+            "RT103",
+            true,
+        ),
+        (
+            "SELECT retention.add_policy('l', 'ledgerish', 'age', age_column => 'nope', older_than => '1 day')",
+            "42703",
+            true,
+        ),
+        ("SELECT retention.lift_hold(424242, 'legal', 'done')", "42704", true),
+        ("SELECT retention.enable_policy('nope')", "42704", true),
+        ("SELECT retention.link_windows('a', 'b', '1 day')", "42704", true),
+        (
+            "SELECT retention.lower_floor('nope', 1, NULL, 'a', 'r')",
+            "42704",
+            true,
+        ),
+        ("SELECT retention.prune('nope', '[]')", "42704", true),
+        (
+            "SELECT retention.register_consumer('nope', 'c', '1 minute')",
+            "42704",
+            true,
+        ),
+        ("SELECT * FROM retention.consumer_status('nope', 'c')", "42704", false),
+    ];
+    let mut problems = Vec::new();
+    for (sql, code, inlined) in cases {
+        let err = match admin.batch_execute(sql) {
+            Ok(()) => {
+                problems.push(format!("{sql}: succeeded"));
+                continue;
+            }
+            Err(e) => e,
+        };
+        let Some(db) = err.as_db_error() else {
+            problems.push(format!("{sql}: {err}"));
+            continue;
+        };
+        if db.code().code() != *code {
+            problems.push(format!(
+                "{sql}: {} ({}), not {code}",
+                db.code().code(),
+                db.message()
+            ));
+        }
+        let context = db.where_().unwrap_or("");
+        if context.contains("PL/pgSQL") || (*inlined && !context.is_empty()) {
+            problems.push(format!("{sql}: context {context:?}"));
+        }
+    }
+    // Ours keep their detail and hint.
+    let err = admin
+        .batch_execute("SELECT retention.place_hold('ledgerish', 'no_such_column = 1', 'a', 'b')")
+        .unwrap_err();
+    let db = err.as_db_error().unwrap();
+    assert!(db.hint().is_some(), "RT101 without its hint: {db:?}");
+    // The archive protocol, as the superuser: a batch nobody claimed.
+    let mut su = c.connect("postgres");
+    let err = su
+        .batch_execute(
+            "SELECT retention.complete_batch('00000000-0000-0000-0000-000000000001', 'k', 'b', 1, 1)",
+        )
+        .unwrap_err();
+    let db = err.as_db_error().unwrap();
+    if db.code().code() != "42704" || db.where_().unwrap_or("").contains("PL/pgSQL") {
+        problems.push(format!("complete_batch: {db:?}"));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -144,6 +144,23 @@ impl Db {
         Ok(row.get(0))
     }
 
+    /// Deletes the rows a two-window policy archived and kept that are past its `delete_after`
+    /// (`retention.prune_archived`); the rows deleted: 0 for other policies, and for an
+    /// extension from before the second window.
+    pub async fn prune_archived(&self, policy: &str) -> Result<i64> {
+        match self
+            .client
+            .query_one("SELECT retention.prune_archived($1)", &[&policy])
+            .await
+        {
+            Ok(row) => Ok(row.get(0)),
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => {
+                Ok(0)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Asks the extension to verify and prune the batch; the rows it deleted. Refusals (the
     /// rows changed, the batch is not ours or not in a state to prune) become
     /// [`Error::Refused`].

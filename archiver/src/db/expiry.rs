@@ -46,7 +46,8 @@ sql_text!(ExpireOutcome {
     NotReady => "not_ready",
 });
 
-/// An operation as the ledger knows it (`retention.expire_state`).
+/// An operation as the database knows it (`retention.expire_state`: its row in
+/// `retention.expire_operations`).
 #[derive(Debug, Deserialize)]
 pub struct ExpireState {
     /// When it was prepared.
@@ -65,7 +66,7 @@ pub struct ExpireState {
     pub applies: i64,
     /// Keys earlier applies deleted.
     pub deleted_keys: Vec<String>,
-    /// The last apply's outcome, as ledgered.
+    /// The last apply's outcome, as recorded.
     #[serde(rename = "outcome")]
     outcome_text: Option<String>,
 }
@@ -171,7 +172,7 @@ impl Db {
         Ok(prepared.get(0))
     }
 
-    /// The operation as the ledger knows it; None when it was never prepared.
+    /// The operation as the database knows it; None when it was never prepared.
     pub async fn expire_state(&self, operation_id: &str) -> Result<Option<ExpireState>> {
         let row = self
             .client

@@ -1,8 +1,9 @@
 //! `expire prepare | apply | status`: the operation a plan becomes. Prepare writes a
-//! create-only tombstone holding the plan's exact bytes and ledgers the operation; apply, once
-//! the quiescence interval has passed, reads the plan back from the tombstone and its progress
-//! from the ledger, rechecks the state against the plan, deletes only the planned keys that
-//! remain, proves none is left and ledgers its outcome.
+//! create-only tombstone holding the plan's exact bytes and records the operation (its row in
+//! `retention.expire_operations`, and a ledger entry); apply, once the quiescence interval has
+//! passed, reads the plan back from the tombstone and its progress from the operation's row,
+//! rechecks the state against the plan, deletes only the planned keys that remain, proves none
+//! is left and records its outcome.
 
 use super::plan::{holds_over, inventory, inventory_digest, read_plan, sha256_hex, Plan};
 use super::MAX_KEYS_PER_REQUEST;
@@ -239,7 +240,7 @@ pub async fn apply(
     if plan.archive_ids() != st.archives {
         tally.refuse_run(Reason::Tombstone);
         return Err(Error::Refusal(
-            "the tombstone's plan and the ledger name other archives".into(),
+            "the tombstone's plan and the prepared operation name other archives".into(),
         ));
     }
     let deleted_before: BTreeSet<String> = st.deleted_keys.iter().cloned().collect();
@@ -376,7 +377,7 @@ pub async fn apply(
     }
 }
 
-/// `expire status --operation-id ID`: from the ledger and the tombstone.
+/// `expire status --operation-id ID`: from the operation's row and the tombstone.
 pub async fn status(settings: &Settings, operation_id: &str) -> Result<Exit> {
     let db = Db::connect(settings).await?;
     let store = Store::open(settings)?;

@@ -5,7 +5,7 @@
 //! only the enumerated keys, proves none remain and marks the archives expired. A retry after
 //! a partial apply is confined to the keys of the original set that remain. Nothing an apply
 //! decides comes from process memory: the plan is read back from the tombstone, progress from
-//! the ledger.
+//! the operation's row in the database (`retention.expire_state`).
 //!
 //! `plan.rs` builds and writes the plan; `apply.rs` holds the steps that act on it (prepare,
 //! apply, status).

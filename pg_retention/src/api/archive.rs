@@ -1,13 +1,12 @@
 //! The archive protocol as SQL functions, for the `retention_archiver` role. The public names
 //! are SQL wrappers in sql/api.sql that pin the output settings (so rows render to the same
-//! bytes in every session) and raise our typed errors.
+//! bytes in every session); errors are raised here, with their own SQLSTATEs.
 
 use crate::archive::{claim, handover, lease, prune, slice};
-use crate::error::OrReport;
-use crate::error::{outcome, required};
+use crate::error::{required, OrReport};
 use pgrx::prelude::*;
 
-/// Claims a batch; `{"ok": uuid-or-null}`.
+/// Claims a batch; its id, or NULL when nothing is claimable.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _claim_batch(
@@ -15,15 +14,16 @@ fn _claim_batch(
     max_rows: Option<i32>,
     lease: Option<&str>,
     owner: Option<&str>,
-) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| {
+) -> Option<String> {
+    crate::identity::entry(|| {
         claim::claim(
             required(policy, "policy")?,
             required(max_rows, "max_rows")?,
             required(lease, "lease")?,
             owner,
         )
-    }))
+    })
+    .or_report()
 }
 
 /// [`claim::claim_with_slice`] with the SQL arguments of `_claim_slice` and `_claim_next`.
@@ -43,9 +43,8 @@ fn claim_with_slice(
     )
 }
 
-/// Claims a batch and renders its slice from the rows the claim read: one row of
-/// (`{"ok": uuid-or-null}` or `{"error": …}`, the slice or NULL, whether claiming again at once
-/// may find more).
+/// Claims a batch and renders its slice from the rows the claim read: one row of (the batch
+/// or NULL, the slice or NULL, whether claiming again at once may find more).
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _claim_slice(
@@ -57,46 +56,55 @@ fn _claim_slice(
 ) -> TableIterator<
     'static,
     (
-        name!(result, pgrx::JsonB),
+        name!(batch, Option<String>),
         name!(slice, Option<Vec<u8>>),
         name!(more, bool),
     ),
 > {
     let claimed =
-        crate::identity::entry(|| claim_with_slice(policy, max_rows, lease, owner, resume));
-    let (result, slice, more) = match claimed {
-        Ok(Some((batch, slice, more))) => (outcome(Ok(Some(batch))), Some(slice), more),
-        Ok(None) => (outcome(Ok(None::<String>)), None, false),
-        Err(e) => (outcome(Err::<(), _>(e)), None, false),
-    };
-    TableIterator::once((result, slice, more))
+        crate::identity::entry(|| claim_with_slice(policy, max_rows, lease, owner, resume))
+            .or_report();
+    TableIterator::once(match claimed {
+        Some((batch, slice, more)) => (Some(batch), Some(slice), more),
+        None => (None, None, false),
+    })
 }
 
 /// Claims a batch as `_claim_slice` does, but keeps its slice in this backend for
-/// `retention.claimed_slice` instead of returning it through the SQL wrapper's copies:
-/// `{"ok": {"batch", "bytes", "more", "manifest"}}` (`{"ok": null}` when nothing is
-/// claimable). The manifest is `retention.batch_manifest(batch, false)`'s: one call less.
+/// `retention.claimed_slice` instead of returning it through the SQL wrapper's copies: one row
+/// of (batch, bytes, more, manifest), all NULL but `more` (false) when nothing is claimable.
+/// The manifest is `retention.batch_manifest(batch, false)`'s: one call less.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
+// pgrx needs the named tuple spelled out in the signature to name the result columns.
+#[allow(clippy::type_complexity)]
 fn _claim_next(
     policy: Option<&str>,
     max_rows: Option<i32>,
     lease: Option<&str>,
     owner: Option<&str>,
     resume: Option<bool>,
-) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| {
+) -> TableIterator<
+    'static,
+    (
+        name!(batch, Option<String>),
+        name!(bytes, Option<i64>),
+        name!(more, bool),
+        name!(manifest, Option<pgrx::JsonB>),
+    ),
+> {
+    let next = crate::identity::entry(|| {
         let claimed = claim_with_slice(policy, max_rows, lease, owner, resume)?;
         let Some((batch, slice, more)) = claimed else {
-            return Ok(None);
+            return Ok((None, None, false, None));
         };
-        let manifest = slice::manifest(&batch, false)?;
-        let bytes = slice.len();
+        let manifest = serde_json::to_value(slice::manifest(&batch, false)?)?;
+        let bytes = i64::try_from(slice.len()).unwrap_or(i64::MAX);
         handover::keep(&batch, slice);
-        Ok(Some(serde_json::json!({
-            "batch": batch, "bytes": bytes, "more": more, "manifest": manifest
-        })))
-    }))
+        Ok((Some(batch), Some(bytes), more, Some(pgrx::JsonB(manifest))))
+    })
+    .or_report();
+    TableIterator::once(next)
 }
 
 /// The slice `retention.claim_next` kept for batch `batch` in this session, in pieces of
@@ -117,69 +125,52 @@ fn claimed_slice(batch: pgrx::Uuid) -> SetOfIterator<'static, Vec<u8>> {
 #[search_path(pg_catalog, pg_temp)]
 fn _batch_manifest(batch: &str, digest: bool) -> pgrx::JsonB {
     crate::identity::refuse_restricted().or_report();
-    outcome(slice::manifest(batch, digest))
+    slice::manifest(batch, digest)
+        .and_then(|m| Ok(pgrx::JsonB(serde_json::to_value(m)?)))
+        .or_report()
 }
 
-/// The frames of a batch, in key order: rows of (NULL, frame), or one row of (`{"error": …}`,
-/// NULL) that `retention.batch_frames` raises with its own SQLSTATE (raised here, an RT code
-/// would come out as XX000).
+/// The frames of a batch, in key order.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _batch_frames(
-    batch: &str,
-) -> TableIterator<
-    'static,
-    (
-        name!(error, Option<pgrx::JsonB>),
-        name!(frame, Option<Vec<u8>>),
-    ),
-> {
+fn _batch_frames(batch: &str) -> SetOfIterator<'static, Vec<u8>> {
     crate::identity::refuse_restricted().or_report();
-    match slice::batch_frames(batch) {
-        Ok(frames) => TableIterator::new(frames.into_iter().map(|f| (None, Some(f)))),
-        Err(e) => TableIterator::once((Some(outcome(Err::<(), _>(e))), None)),
-    }
+    SetOfIterator::new(slice::batch_frames(batch).or_report())
 }
 
-/// The slice of a batch (its frames in key order, concatenated): one row of (`{"ok": null}`,
-/// slice) or (`{"error": …}`, NULL), raised by `retention.batch_slice`.
+/// The slice of a batch: its frames in key order, concatenated.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _batch_slice(
-    batch: &str,
-) -> TableIterator<'static, (name!(result, pgrx::JsonB), name!(slice, Option<Vec<u8>>))> {
+fn _batch_slice(batch: &str) -> Vec<u8> {
     crate::identity::refuse_restricted().or_report();
-    let (result, slice) = match slice::batch_slice(batch) {
-        Ok(slice) => (outcome(Ok(())), Some(slice)),
-        Err(e) => (outcome(Err::<(), _>(e)), None),
-    };
-    TableIterator::once((result, slice))
+    slice::batch_slice(batch).or_report()
 }
 
-/// Extends a lease; `{"ok": new end}`.
+/// Extends a lease; returns its new end.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _extend_lease(batch: &str, lease: &str) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| lease::extend(batch, lease)))
+fn _extend_lease(batch: &str, lease: &str) -> String {
+    crate::identity::entry(|| lease::extend(batch, lease)).or_report()
 }
 
-/// Releases a batch (`cause`: refused, failed or stopped, as the archiver says); `{"ok":
-/// released?}`.
+/// Releases a batch (`cause`: refused, failed or stopped, as the archiver says); whether it
+/// was released (false: it was not claimed any more).
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _release_batch(batch: Option<&str>, reason: Option<&str>, cause: Option<&str>) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| {
+fn _release_batch(batch: Option<&str>, reason: Option<&str>, cause: Option<&str>) -> bool {
+    crate::identity::entry(|| {
         let cause = cause.map(lease::ReleaseCause::parse).transpose()?;
         lease::release(
             required(batch, "batch")?,
             required(reason, "reason")?,
             cause,
         )
-    }))
+    })
+    .or_report()
 }
 
-/// Verifies and prunes a batch; `{"ok": rows deleted}` or `{"error": …}`. A refused prune has
-/// already undone its deletes (a subtransaction) when its error comes back as a value.
+/// Verifies and prunes a batch; returns the rows deleted. A refused prune has undone its
+/// deletes (a subtransaction) before its error is raised.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _complete_batch(
@@ -189,8 +180,8 @@ fn _complete_batch(
     rows: Option<i64>,
     bytes: Option<i64>,
     owner: Option<&str>,
-) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| {
+) -> i64 {
+    crate::identity::entry(|| {
         prune::complete(
             required(batch, "batch")?,
             required(object_key, "object_key")?,
@@ -199,5 +190,15 @@ fn _complete_batch(
             required(bytes, "bytes")?,
             owner,
         )
-    }))
+    })
+    .or_report()
+}
+
+/// Deletes the rows of a two-window policy's archived batches that are past its
+/// `delete_after` (archive/deferred.rs); returns the rows deleted (0 for other policies).
+#[pg_extern]
+#[search_path(pg_catalog, pg_temp)]
+fn _prune_archived(policy: &str, max_batches: i32) -> i64 {
+    crate::identity::entry(|| crate::archive::deferred::prune_archived(policy, max_batches))
+        .or_report()
 }

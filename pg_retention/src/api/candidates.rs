@@ -2,7 +2,7 @@
 //! (engine/candidates.rs).
 
 use crate::catalog::Policy;
-use crate::error::{outcome, OrReport};
+use crate::error::OrReport;
 use pgrx::prelude::*;
 
 /// The rows the next run of `policy` would delete, in place order: the table (or partition)
@@ -24,9 +24,12 @@ fn candidates(
 /// Deletes those of `keys` that are still eligible; the rows deleted.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _prune(policy: &str, keys: pgrx::JsonB) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| {
+fn _prune(policy: &str, keys: pgrx::JsonB) -> i64 {
+    let pruned = crate::identity::entry(|| {
         let policy = Policy::by_name(policy)?;
         crate::engine::candidates::prune(&policy, &keys.0)
-    }))
+    });
+    // Nothing of ours may be left to drop when an error is raised (error::raise).
+    drop(keys);
+    pruned.or_report()
 }

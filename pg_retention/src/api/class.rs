@@ -5,7 +5,7 @@
 use crate::api::hold::non_empty;
 use crate::catalog::class::{NewClass, RetentionClass};
 use crate::catalog::{caller_oid, RelationInfo};
-use crate::error::{outcome, Result, RetentionError};
+use crate::error::{OrReport, Result, RetentionError};
 use crate::sql_text::literal;
 use pgrx::prelude::*;
 
@@ -91,8 +91,6 @@ fn comment(rel: &RelationInfo, class: RetentionClass, reason: &str) -> Result<()
 /// Declares the retention class of `relation`.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _classify(relation: pg_sys::Oid, class: &str, reason: &str) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| {
-        classify(relation.to_u32(), class, reason)
-    }))
+fn _classify(relation: pg_sys::Oid, class: &str, reason: &str) {
+    crate::identity::entry(|| classify(relation.to_u32(), class, reason)).or_report();
 }

@@ -10,10 +10,9 @@ use crate::catalog::consumer::Registration;
 use crate::catalog::{caller, caller_oid, Action, LedgerEntry, LedgerMethod, Policy, RelationInfo};
 use crate::engine::eligible::condition;
 use crate::engine::validate::interval_sign;
-use crate::error::{outcome, present, required, ReportRefusal, Result, RetentionError};
+use crate::error::{present, required, OrReport, ReportRefusal, Result, RetentionError};
 use crate::sql_text::ident;
 use pgrx::prelude::*;
-use serde::Serialize;
 use serde_json::json;
 use std::cmp::Ordering;
 
@@ -165,15 +164,16 @@ fn _register_consumer(
     consumer: Option<&str>,
     lease: Option<&str>,
     reporter: Option<pg_sys::Oid>,
-) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| {
+) -> i64 {
+    crate::identity::entry(|| {
         register(
             required(policy, "policy")?,
             required(consumer, "consumer")?,
             required(lease, "lease")?,
             reporter.map(|r| r.to_u32()),
         )
-    }))
+    })
+    .or_report()
 }
 
 /// Refuses (42501) a caller who is not a member of the consumer's reporter role: a consumer's
@@ -241,10 +241,8 @@ fn report(policy: &str, consumer: &str, epoch: i64, position: &str) -> Result<Op
 /// position it now pins from.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _report_position(policy: &str, consumer: &str, epoch: i64, position: &str) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| {
-        report(policy, consumer, epoch, position)
-    }))
+fn _report_position(policy: &str, consumer: &str, epoch: i64, position: &str) -> Option<String> {
+    crate::identity::entry(|| report(policy, consumer, epoch, position)).or_report()
 }
 
 fn unregister(policy: &str, consumer: &str) -> Result<()> {
@@ -264,12 +262,11 @@ fn unregister(policy: &str, consumer: &str) -> Result<()> {
 /// Removes `consumer`'s registration on `policy`: it pins nothing from now on.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _unregister_consumer(policy: &str, consumer: &str) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| unregister(policy, consumer)))
+fn _unregister_consumer(policy: &str, consumer: &str) {
+    crate::identity::entry(|| unregister(policy, consumer)).or_report();
 }
 
 /// What `retention.consumer_status` returns.
-#[derive(Serialize)]
 struct Status {
     epoch: i64,
     floor: Option<String>,
@@ -312,6 +309,25 @@ fn status(policy: &str, consumer: &str) -> Result<Status> {
 /// A consumer's epoch, the position it pins from, whether it must bootstrap, and its lease.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _consumer_status(policy: &str, consumer: &str) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| status(policy, consumer)))
+fn _consumer_status(
+    policy: &str,
+    consumer: &str,
+) -> TableIterator<
+    'static,
+    (
+        name!(epoch, i64),
+        name!(floor, Option<String>),
+        name!(requires_bootstrap, bool),
+        name!(lease_expires_at, String),
+        name!(pinning, bool),
+    ),
+> {
+    let s = crate::identity::entry(|| status(policy, consumer)).or_report();
+    TableIterator::once((
+        s.epoch,
+        s.floor,
+        s.requires_bootstrap,
+        s.lease_expires_at,
+        s.pinning,
+    ))
 }

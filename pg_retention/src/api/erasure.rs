@@ -4,12 +4,12 @@
 use crate::archive::supersede;
 use crate::catalog::supersession::Rewrite;
 use crate::engine::erase::{erase, Request};
-use crate::error::OrReport;
-use crate::error::{outcome, required};
+use crate::error::{required, OrReport};
 use pgrx::prelude::*;
 
 /// Erases the matching rows of a table: all of them, or at most `batch_rows` (one committed
-/// batch of `erase_in_batches`); `{"ok": {deleted, done, pending_archives}}`.
+/// batch of `erase_in_batches`): rows deleted, whether none is left, and the archives whose
+/// slices are still to be rewritten without them.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
 fn _erase(
@@ -18,8 +18,15 @@ fn _erase(
     request_ref: Option<&str>,
     actor: Option<&str>,
     batch_rows: Option<i32>,
-) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| {
+) -> TableIterator<
+    'static,
+    (
+        name!(deleted, i64),
+        name!(done, bool),
+        name!(pending_archives, i64),
+    ),
+> {
+    let erased = crate::identity::entry(|| {
         let req = Request {
             relation: required(relation, "relation")?.to_u32(),
             predicate: required(predicate, "predicate")?,
@@ -27,7 +34,9 @@ fn _erase(
             actor: required(actor, "actor")?,
         };
         erase(&req, batch_rows)
-    }))
+    })
+    .or_report();
+    TableIterator::once((erased.deleted, erased.done, erased.pending_archives))
 }
 
 /// `{"ok": [positions]}`: the rows of an archive's slice a pending supersession's erasure
@@ -38,20 +47,19 @@ fn _supersession_matches(
     supersession: i64,
     slice: &[u8],
     columns: Vec<Option<String>>,
-) -> pgrx::JsonB {
+) -> Vec<i64> {
     crate::identity::refuse_restricted().or_report();
-    outcome(
-        crate::arrays::without_nulls(columns, "columns")
-            .and_then(|columns| supersede::matches(supersession, slice, &columns)),
-    )
+    crate::arrays::without_nulls(columns, "columns")
+        .and_then(|columns| supersede::matches(supersession, slice, &columns))
+        .or_report()
 }
 
 /// `{"ok": changed}`: a pending supersession with nothing to rewrite.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _supersession_unaffected(supersession: i64, reason: &str) -> pgrx::JsonB {
+fn _supersession_unaffected(supersession: i64, reason: &str) -> bool {
     crate::identity::refuse_restricted().or_report();
-    outcome(supersede::unaffected(supersession, reason))
+    supersede::unaffected(supersession, reason).or_report()
 }
 
 /// `{"ok": recorded}`: a verified rewrite recorded as the archive's object.
@@ -65,9 +73,9 @@ fn _supersession_rewritten(
     rows: i64,
     bytes: i64,
     supersedes: &str,
-) -> pgrx::JsonB {
+) -> bool {
     crate::identity::refuse_restricted().or_report();
-    outcome(supersede::rewritten(
+    supersede::rewritten(
         supersession,
         &Rewrite {
             replaced_key,
@@ -77,15 +85,16 @@ fn _supersession_rewritten(
             bytes,
             supersedes,
         },
-    ))
+    )
+    .or_report()
 }
 
 /// `{"ok": changed}`: the replaced objects are deleted; ledgered.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _supersession_done(supersession: i64, actor: &str) -> pgrx::JsonB {
+fn _supersession_done(supersession: i64, actor: &str) -> bool {
     crate::identity::refuse_restricted().or_report();
-    outcome(supersede::done(supersession, actor))
+    supersede::done(supersession, actor).or_report()
 }
 
 /// The worker's list of erasures still to reach the disk (`engine/scrub.rs`): scrub ids and

@@ -5,7 +5,7 @@ use crate::catalog::hold::{
 };
 use crate::catalog::{caller, caller_oid, LedgerEntry, LedgerMethod, RelationInfo};
 use crate::engine::validate::check_predicate;
-use crate::error::{outcome, OrReport, Result, RetentionError};
+use crate::error::{OrReport, Result, RetentionError};
 use pgrx::prelude::*;
 use serde_json::json;
 
@@ -63,10 +63,9 @@ fn _place_hold(
     reason: &str,
     actor: &str,
     enforce: bool,
-) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| {
-        place(relation.to_u32(), predicate, reason, actor, enforce)
-    }))
+) -> i64 {
+    crate::identity::entry(|| place(relation.to_u32(), predicate, reason, actor, enforce))
+        .or_report()
 }
 
 fn lift(hold_id: i64, actor: &str, reason: &str) -> Result<()> {
@@ -107,8 +106,8 @@ fn lift(hold_id: i64, actor: &str, reason: &str) -> Result<()> {
 /// Lifts a hold (appends a lift record).
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _lift_hold(hold_id: i64, actor: &str, reason: &str) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| lift(hold_id, actor, reason)))
+fn _lift_hold(hold_id: i64, actor: &str, reason: &str) {
+    crate::identity::entry(|| lift(hold_id, actor, reason)).or_report();
 }
 
 /// Why a predicate is not acceptable for a table when `author` runs it, or NULL. Used by

@@ -258,7 +258,7 @@ fn policies() -> Result<Vec<PolicyRow>> {
         client
             .select(
                 &format!(
-                    "SELECT p.id, p.name, p.action = 'archive_then_delete', p.enabled,
+                    "SELECT p.id, p.name, p.action IN ('archive_then_delete', 'archive'), p.enabled,
                             p.enabled AND p.kind IN ('age', 'unreferenced', 'orphan')
                                 AND (p.age_column IS NOT NULL OR p.age_expression IS NOT NULL OR p.age_table IS NOT NULL),
                             ARRAY[extract(epoch FROM p.older_than), c.backlog,

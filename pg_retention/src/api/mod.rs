@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod candidates;
+pub mod checks;
 pub mod class;
 pub mod consumer;
 pub mod erasure;
@@ -13,6 +14,7 @@ pub mod metric_labels;
 pub mod metrics;
 pub mod policy;
 pub mod preview;
+pub mod replay;
 pub mod sweep;
 pub mod table_gauges;
 pub mod version;

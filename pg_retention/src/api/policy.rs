@@ -6,7 +6,7 @@ use crate::catalog::policy::{append_version, check_names};
 use crate::catalog::{caller, caller_oid, Action, Change, Kind, Policy, PolicySpec, RelationInfo};
 use crate::catalog::{LedgerEntry, LedgerMethod};
 use crate::engine::validate::{interval_compare, interval_sign, validate};
-use crate::error::{outcome, returned_nothing, OrReport, Result, RetentionError};
+use crate::error::{returned_nothing, OrReport, Result, RetentionError};
 use crate::guard;
 use pgrx::prelude::*;
 use serde_json::{json, Value};
@@ -174,7 +174,7 @@ fn define(change: &str, spec: Value) -> Result<i64> {
         check_composition(None, &spec, &rel)?;
         let id = Policy::new_id(&name)?;
         append_version(id, &spec, &rel.qualified, Change::Add, caller_oid())?;
-        if spec.action == Action::ArchiveThenDelete {
+        if spec.action.archives() {
             guard::install(id, &spec, &rel)?;
         }
         return Ok(id);
@@ -187,6 +187,7 @@ fn define(change: &str, spec: Value) -> Result<i64> {
     check_class(Some(current.id), &spec, &rel)?;
     check_composition(Some(current.id), &spec, &rel)?;
     check_links(current.id, &spec)?;
+    check_kept_rows(&current, &spec)?;
     append_version(
         current.id,
         &spec,
@@ -194,12 +195,33 @@ fn define(change: &str, spec: Value) -> Result<i64> {
         Change::Alter,
         caller_oid(),
     )?;
-    if spec.action == Action::ArchiveThenDelete {
+    // The altering role owns the policy now, and its claims read the kept rows' entries.
+    crate::catalog::archived_rows::reown(current.id, caller_oid())?;
+    if spec.action.archives() {
         guard::install(current.id, &spec, &rel)?;
-    } else if current.action == Action::ArchiveThenDelete {
+    } else if current.action.archives() {
         guard::remove(current.id, current.relation)?;
     }
     Ok(current.id)
+}
+
+/// Refuses (55000) to make a policy that keeps archived rows one that does not while it keeps
+/// some: its claims would take them again, and delete them once archived a second time.
+fn check_kept_rows(current: &Policy, spec: &PolicySpec) -> Result<()> {
+    if !current.keeps_archived_rows() || spec.keeps_archived_rows() {
+        return Ok(());
+    }
+    let kept = crate::catalog::archived_rows::count(current.id)?;
+    if kept == 0 {
+        return Ok(());
+    }
+    Err(RetentionError::WrongState {
+        message: format!(
+            "policy {} keeps {kept} archived rows, and the change would archive them again",
+            current.name
+        ),
+        hint: "Keep action => 'archive', or give the policy a delete_after (the kept rows are deleted once past it); or drop the policy and register a new one.".into(),
+    })
 }
 
 fn floor_lowered(name: &str, from: &str, to: Option<String>) -> RetentionError {
@@ -341,8 +363,8 @@ fn _lower_floor(
     window_floor: Option<&str>,
     actor: Option<&str>,
     reason: Option<&str>,
-) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| {
+) -> i64 {
+    crate::identity::entry(|| {
         lower_floor(
             policy.ok_or(RetentionError::NullArgument("policy"))?,
             keep_floor,
@@ -350,14 +372,15 @@ fn _lower_floor(
             actor.ok_or(RetentionError::NullArgument("actor"))?,
             reason.ok_or(RetentionError::NullArgument("reason"))?,
         )
-    }))
+    })
+    .or_report()
 }
 
 /// Adds (`change = 'add'`) or alters (`'alter'`) a policy from a JSON definition; returns its id.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _define_policy(change: &str, spec: pgrx::JsonB) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| define(change, spec.0)))
+fn _define_policy(change: &str, spec: pgrx::JsonB) -> i64 {
+    crate::identity::entry(|| define(change, spec.0)).or_report()
 }
 
 fn set_state(name: &str, change: &str) -> Result<i64> {
@@ -380,7 +403,7 @@ fn set_state(name: &str, change: &str) -> Result<i64> {
         current.owner,
     )?;
     if change == Change::Drop {
-        if current.action == Action::ArchiveThenDelete {
+        if current.action.archives() {
             guard::remove(current.id, current.relation)?;
         }
         Policy::mark_dropped(current.id)?;
@@ -426,6 +449,6 @@ fn link(producer: &str, consumer: &str, margin: &str) -> Result<()> {
 /// Links two policies' windows: from now on `consumer.older_than >= producer.older_than + margin`.
 #[pg_extern]
 #[search_path(pg_catalog, pg_temp)]
-fn _link_windows(producer: &str, consumer: &str, margin: &str) -> pgrx::JsonB {
-    outcome(crate::identity::entry(|| link(producer, consumer, margin)))
+fn _link_windows(producer: &str, consumer: &str, margin: &str) {
+    crate::identity::entry(|| link(producer, consumer, margin)).or_report();
 }

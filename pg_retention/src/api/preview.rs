@@ -6,7 +6,8 @@ use crate::error::{returned_nothing, OrReport, Result};
 use pgrx::prelude::*;
 
 /// policy, eligible, held, hold_ids, would_delete, backlog, archive_bytes_estimate,
-/// partitions_to_drop, pinned, referenced, table_would_delete, index_hint, hidden_rows
+/// partitions_to_drop, pinned, referenced, table_would_delete, index_hint, hidden_rows,
+/// would_archive
 type PreviewRow = (
     String,
     i64,
@@ -21,6 +22,7 @@ type PreviewRow = (
     i64,
     Option<String>,
     Option<i64>,
+    i64,
 );
 
 fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
@@ -60,6 +62,7 @@ fn previews(policy: Option<&str>) -> Result<Vec<PreviewRow>> {
             total,
             p.index_hint,
             p.hidden_rows,
+            p.would_archive,
         ));
     }
     Ok(rows)
@@ -88,6 +91,7 @@ fn preview(
         name!(table_would_delete, i64),
         name!(index_hint, Option<String>),
         name!(hidden_rows, Option<i64>),
+        name!(would_archive, i64),
     ),
 > {
     crate::identity::refuse_restricted().or_report();

@@ -12,7 +12,7 @@
 //!   least one and then for at most [`SCRAPE_BUDGET`] (on a primary: a standby reads what was
 //!   kept).
 
-use crate::catalog::{active_holds, gauges, Action, Policy, RelationInfo};
+use crate::catalog::{active_holds, gauges, Policy, RelationInfo};
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::error::Result;
 use crate::subxact;
@@ -80,9 +80,16 @@ fn measure(policy_id: i64) -> Result<Option<Measured>> {
                FROM (SELECT min({age})::timestamptz AS o FROM {table} t WHERE {condition}) m"
         ))?)
     })?;
-    let eligible_rows = if policy.action == Action::ArchiveThenDelete {
+    let eligible_rows = if policy.action.archives() {
         let now = Eligibility::new(&policy, &rel, &holds)?;
-        let condition = now.age_predicate(Guards::ALL);
+        let mut condition = now.age_predicate(Guards::ALL);
+        if policy.keeps_archived_rows() {
+            // The backlog is what is left to archive: a row archived and kept is not.
+            condition = format!(
+                "{condition} AND {}",
+                crate::catalog::archived_rows::not_archived(policy.id, &rel)
+            );
+        }
         now.as_owner(|| {
             Ok(Spi::get_one::<i64>(&format!(
                 "SELECT count(*) FROM (SELECT 1 FROM {table} t WHERE {condition} LIMIT {BACKLOG_CAP}) x"

@@ -5,8 +5,8 @@
 
 use super::{lease, owner_may_archive, slice};
 use crate::catalog::{
-    active_holds, caller, partition, prepared, Action, Batch, Kind, Leaf, LedgerEntry,
-    LedgerMethod, NewBatch, Policy, RelationInfo, Texts,
+    active_holds, caller, partition, prepared, Batch, Kind, Leaf, LedgerEntry, LedgerMethod,
+    NewBatch, Policy, RelationInfo, Texts,
 };
 use crate::engine::eligible::{Eligibility, Guards};
 use crate::engine::validate::interval_sign;
@@ -18,7 +18,7 @@ use serde_json::json;
 
 fn archive_policy(name: &str) -> Result<Policy> {
     let policy = Policy::by_name(name)?;
-    if policy.action != Action::ArchiveThenDelete {
+    if !policy.action.archives() {
         return Err(RetentionError::invalid(
             format!("policy {name} is not an archive policy"),
             format!("Its action is {}.", policy.action),
@@ -271,7 +271,12 @@ fn claim_in(
     Ok(Some(Claimed {
         batch,
         slice: Some(claimed.slice),
-        more: rows >= i64::from(max_rows) || bounded,
+        // A policy that keeps archived rows has claimable rows behind the watermark as a rule
+        // (rows among those it archived that came of age since): a short batch from the
+        // watermark has not caught up until a claim from the lowest key has looked.
+        more: rows >= i64::from(max_rows)
+            || bounded
+            || (policy.keeps_archived_rows() && watermark.is_some()),
     }))
 }
 
@@ -336,7 +341,14 @@ fn claim_keys(
             None => Ok("true".into()),
         }
     };
-    let eligible = elig.age_predicate(Guards::ALL);
+    let mut eligible = elig.age_predicate(Guards::ALL);
+    if policy.keeps_archived_rows() {
+        // A row archived and kept is not archived again.
+        eligible = format!(
+            "{eligible} AND {}",
+            crate::catalog::archived_rows::not_archived(policy.id, rel)
+        );
+    }
     let after_key = after;
     let after = bound(">", after)?;
     let mut before = bound("<", before)?;

@@ -9,7 +9,7 @@ use super::side_load::{side_load, Recorded};
 use crate::catalog::{active_holds, Policy, RelationInfo, StoredArchive};
 use crate::engine::eligible::Eligibility;
 use crate::error::OrReport;
-use crate::error::{outcome, Result, RetentionError};
+use crate::error::{Result, RetentionError};
 use pgrx::prelude::*;
 
 /// The ids of the active holds that match at least one row of archive `archive_id`, whose
@@ -62,10 +62,9 @@ fn holds_over(archive_id: i64, slice: &[u8], columns: &[String]) -> Result<Vec<i
 /// store, and its manifest's column names): an archive they match does not expire.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pg_temp)]
-fn _archive_holds(archive_id: i64, slice: &[u8], columns: Vec<Option<String>>) -> pgrx::JsonB {
+fn _archive_holds(archive_id: i64, slice: &[u8], columns: Vec<Option<String>>) -> Vec<i64> {
     crate::identity::refuse_restricted().or_report();
-    outcome(
-        crate::arrays::without_nulls(columns, "columns")
-            .and_then(|columns| holds_over(archive_id, slice, &columns)),
-    )
+    crate::arrays::without_nulls(columns, "columns")
+        .and_then(|columns| holds_over(archive_id, slice, &columns))
+        .or_report()
 }

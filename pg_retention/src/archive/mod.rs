@@ -3,14 +3,18 @@
 //! current contents hash to the digest of the slice the archiver wrote and read back.
 //!
 //! A batch's life, one file per step: `claim.rs` (eligible rows → a batch), `slice.rs` (its
-//! frames and manifest), `lease.rs` (resume, extend, release, expire), `prune.rs` (the delete),
+//! frames and manifest), `lease.rs` (resume, extend, release, expire), `prune.rs` (the delete,
+//! or the rows kept: an `archive` policy, or a two-window one until `deferred.rs` deletes them),
 //! `verify.rs` (the in-transaction check that gates it), `handover.rs` (a claimed slice kept
 //! for the archiver to take); and, once archives outlive their policy's `archive_keep`,
-//! `expiry.rs` (the holds over an archive's rows); when an erasure reaches archived rows,
+//! `expiry.rs` (the holds over an archive's rows) and `expire_operation.rs` (the archiver's
+//! expire operations: prepared, each apply recorded); when an erasure reaches archived rows,
 //! `supersede.rs` (the slice rewritten without them). Both read slices back through
 //! `side_load.rs`.
 
 pub mod claim;
+pub mod deferred;
+pub mod expire_operation;
 pub mod expiry;
 pub mod handover;
 mod leaf_drop;

@@ -43,7 +43,8 @@ fn prune_verified(
 ) -> Result<i64> {
     let b = Batch::load(id, true)?;
     match b.state {
-        BatchState::Pruned => return Ok(0),
+        // Completed already (a retry after a lost answer): its rows were deleted, or kept.
+        BatchState::Pruned | BatchState::Archived => return Ok(0),
         BatchState::Claimed => {}
         BatchState::Released | BatchState::Expired => {
             return Err(RetentionError::BatchState {
@@ -73,39 +74,16 @@ fn prune_verified(
     owner_may_archive(&policy, &rel)?;
     // The slice first: nothing is deleted against a slice other than the one claimed.
     matches_claim(&b, archived)?;
+    if policy.keeps_archived_rows() {
+        return record_kept(&b, &policy, &rel, object_key, archived);
+    }
     let claimed = Batch::claimed_rows(&b.id)?;
     if let Some(dropped) = super::leaf_drop::drop_if_whole(&b, &policy, &rel, &claimed)? {
         return record_drop(&b, &policy, &rel, object_key, archived, dropped);
     }
-    // Delete returning each deleted version's key, place and xmin, with the same hold fence as
-    // the sweep: a hold placed while we work makes us read the holds again. No row is gone
-    // unless this transaction proved it is the version the slice was rendered from.
-    let mut attempt = 0;
-    let (gone, holds) = loop {
-        attempt += 1;
-        let (fence, holds) = HoldFence::read(rel.oid)?;
-        // The cutoff is the statement's second parameter, not a constant in its text: the text
-        // stays the same from batch to batch, so its plan is kept and soon generic (a new text
-        // was planned anew every batch, estimating each of its 10,000 tids: 2 ms).
-        let elig = Eligibility::with_cutoff(&policy, &rel, &holds, "$2")?;
-        let sql = format!(
-            "DELETE FROM ONLY {table} t
-              WHERE t.ctid = ANY ($1) AND {guards} AND NOT {fenced}
-          RETURNING {key}, t.ctid, t.xmin",
-            table = rel.qualified,
-            guards = elig.age_predicate(Guards::ALL),
-            fenced = fence.tripped(),
-            key = rel.key_order(),
-        );
-        crate::engine::references::check_keys_at_once(&rel)?;
-        let gone = elig.as_owner(|| {
-            let cutoff = elig.policy_cutoff()?;
-            versions_at(&rel, &sql, &claimed.places, vec![cutoff.into()], true)
-        })?;
-        if !gone.places.is_empty() || attempt >= 5 || !fence.tripped_now()? {
-            break (gone, holds);
-        }
-    };
+    // No row is gone unless this transaction proved it is the version the slice was rendered
+    // from.
+    let (gone, holds) = delete_at(&policy, &rel, &claimed.places)?;
     let deleted = gone.places.len() as i64;
     let mut found = gone;
     if deleted < b.rows {
@@ -115,18 +93,7 @@ fn prune_verified(
     // The DELETE's lock keeps the table from being rewritten until we commit.
     same_versions(&b, &claimed, &rel, &found)?;
     let kept = b.rows - deleted;
-    let archive_id = ArchiveRecord {
-        batch: id,
-        policy: &policy,
-        policy_version: b.policy_version,
-        relation: &rel.qualified,
-        object_key,
-        blake3: archived.blake3,
-        rows: archived.rows,
-        bytes: archived.bytes,
-        deleted,
-    }
-    .append()?;
+    let archive_id = record_archive(&b, &policy, &rel, object_key, archived, deleted)?;
     let actor = b.owner.clone().unwrap_or_else(caller);
     let hold_ids: Vec<i64> = holds.iter().map(|h| h.id).collect();
     LedgerEntry {
@@ -157,6 +124,96 @@ fn prune_verified(
     Ok(deleted)
 }
 
+/// Deletes the rows at `places` that are still eligible under `policy` (its window: the
+/// caller's copy may carry another) and that no hold and no reference keeps, returning each
+/// deleted version's key, place and xmin, with the same hold fence as the sweep: a hold placed
+/// while we work makes us read the holds again. The holds read last come with them.
+pub(super) fn delete_at(
+    policy: &Policy,
+    rel: &RelationInfo,
+    places: &[crate::tid::Tid],
+) -> Result<(crate::render::Rendered, Vec<crate::catalog::Hold>)> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (fence, holds) = HoldFence::read(rel.oid)?;
+        // The cutoff is the statement's second parameter, not a constant in its text: the text
+        // stays the same from batch to batch, so its plan is kept and soon generic (a new text
+        // was planned anew every batch, estimating each of its 10,000 tids: 2 ms).
+        let elig = Eligibility::with_cutoff(policy, rel, &holds, "$2")?;
+        let sql = format!(
+            "DELETE FROM ONLY {table} t
+              WHERE t.ctid = ANY ($1) AND {guards} AND NOT {fenced}
+          RETURNING {key}, t.ctid, t.xmin",
+            table = rel.qualified,
+            guards = elig.age_predicate(Guards::ALL),
+            fenced = fence.tripped(),
+            key = rel.key_order(),
+        );
+        crate::engine::references::check_keys_at_once(rel)?;
+        let gone = elig.as_owner(|| {
+            let cutoff = elig.policy_cutoff()?;
+            versions_at(rel, &sql, places, vec![cutoff.into()], true)
+        })?;
+        if !gone.places.is_empty() || attempt >= 5 || !fence.tripped_now()? {
+            return Ok((gone, holds));
+        }
+    }
+}
+
+/// Records batch `b`'s verified archive (`deleted` of its rows deleted); its id.
+fn record_archive(
+    b: &Batch,
+    policy: &Policy,
+    rel: &RelationInfo,
+    object_key: &str,
+    archived: &Archived<'_>,
+    deleted: i64,
+) -> Result<i64> {
+    ArchiveRecord {
+        batch: &b.id,
+        policy,
+        policy_version: b.policy_version,
+        relation: &rel.qualified,
+        object_key,
+        blake3: archived.blake3,
+        rows: archived.rows,
+        bytes: archived.bytes,
+        deleted,
+    }
+    .append()
+}
+
+/// Records a batch whose rows the policy keeps: the archive (nothing deleted), its rows in
+/// `retention.archived_rows` (no claim takes them again), the `archive` ledger entry, and the
+/// batch archived, its key set kept for a delete after `delete_after` (deferred.rs).
+fn record_kept(
+    b: &Batch,
+    policy: &Policy,
+    rel: &RelationInfo,
+    object_key: &str,
+    archived: &Archived<'_>,
+) -> Result<i64> {
+    let archive_id = record_archive(b, policy, rel, object_key, archived, 0)?;
+    let kept = crate::catalog::archived_rows::record(policy, &b.id, rel.key_arity())?;
+    LedgerEntry {
+        method: LedgerMethod::Archive,
+        policy: Some(policy),
+        relation: None,
+        rows: kept,
+        hold_ids: vec![],
+        actor: &b.owner.clone().unwrap_or_else(caller),
+        run_id: None,
+        detail: json!({
+            "batch": b.id, "object_key": object_key, "blake3": archived.blake3,
+            "archive_id": archive_id, "delete_after": policy.delete_after,
+        }),
+    }
+    .append_with_archive(archive_id)?;
+    Batch::archived(&b.id, "archived; its rows kept")?;
+    Ok(0)
+}
+
 /// Records a batch completed by dropping its whole leaf: the archive (every row deleted), the
 /// `drop_partition` ledger entry with the archive it rests on, and the batch pruned.
 fn record_drop(
@@ -167,18 +224,7 @@ fn record_drop(
     archived: &Archived<'_>,
     dropped: Dropped,
 ) -> Result<i64> {
-    let archive_id = ArchiveRecord {
-        batch: &b.id,
-        policy,
-        policy_version: b.policy_version,
-        relation: &rel.qualified,
-        object_key,
-        blake3: archived.blake3,
-        rows: archived.rows,
-        bytes: archived.bytes,
-        deleted: dropped.rows,
-    }
-    .append()?;
+    let archive_id = record_archive(b, policy, rel, object_key, archived, dropped.rows)?;
     LedgerEntry {
         method: LedgerMethod::DropPartition,
         policy: Some(policy),

@@ -102,6 +102,49 @@ pub fn same_versions(
     rel: &RelationInfo,
     found: &Rendered,
 ) -> Result<()> {
+    let (seen, other) = matched(claimed, rel, found)?;
+    let missing = seen.iter().filter(|s| !**s).count();
+    if other > 0 {
+        return Err(mismatch(
+            b,
+            format!("{other} rows at its rows' places are other row versions than the ones claimed (changed since the claim, or the table was rewritten)"),
+        ));
+    }
+    if missing > 0 {
+        return Err(mismatch(
+            b,
+            format!(
+                "{missing} of its {} rows changed, moved or vanished since the claim",
+                b.rows
+            ),
+        ));
+    }
+    same_storage(b, rel)
+}
+
+/// Refuses unless table `rel` is in the storage batch `b` was claimed in (a rewrite gives it a
+/// new relfilenode, and every row a new place).
+pub fn same_storage(b: &Batch, rel: &RelationInfo) -> Result<()> {
+    let now = Spi::get_one_with_args::<i64>(
+        "SELECT pg_catalog.pg_relation_filenode($1::bigint::oid)::bigint",
+        &[i64::from(rel.oid).into()],
+    )?;
+    if now.is_none() || now != b.relfilenode.map(i64::from) {
+        return Err(mismatch(
+            b,
+            "the table was rewritten since the claim (its relfilenode changed)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Which claimed rows `found` holds, each the claimed version (same place, xmin and key; a row
+/// is matched once), and how many rows of `found` are other versions.
+pub fn matched(
+    claimed: &ClaimedRows,
+    rel: &RelationInfo,
+    found: &Rendered,
+) -> Result<(Vec<bool>, usize)> {
     let arity = rel.key_arity();
     // Claimed versions sorted, each found one looked up by binary search: in perf about half
     // of what a SipHash map cost (7 % of a prune's CPU against 13 %).
@@ -137,33 +180,7 @@ pub fn same_versions(
             _ => other += 1,
         }
     }
-    let missing = seen.iter().filter(|s| !**s).count();
-    if other > 0 {
-        return Err(mismatch(
-            b,
-            format!("{other} rows at its rows' places are other row versions than the ones claimed (changed since the claim, or the table was rewritten)"),
-        ));
-    }
-    if missing > 0 {
-        return Err(mismatch(
-            b,
-            format!(
-                "{missing} of its {} rows changed, moved or vanished since the claim",
-                b.rows
-            ),
-        ));
-    }
-    let now = Spi::get_one_with_args::<i64>(
-        "SELECT pg_catalog.pg_relation_filenode($1::bigint::oid)::bigint",
-        &[i64::from(rel.oid).into()],
-    )?;
-    if now.is_none() || now != b.relfilenode.map(i64::from) {
-        return Err(mismatch(
-            b,
-            "the table was rewritten since the claim (its relfilenode changed)".into(),
-        ));
-    }
-    Ok(())
+    Ok((seen, other))
 }
 
 /// The versions (key, place, xmin) of the rows now at `places`, read as the policy's owner.

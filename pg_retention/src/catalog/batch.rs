@@ -14,7 +14,9 @@ pub type Texts = Vec<Option<String>>;
 /// A live batch's first and last key.
 pub type KeyRange = (Texts, Texts);
 
-/// Where an archive batch is in its life. `Claimed` is the only live state.
+/// Where an archive batch is in its life. `Claimed` is the only live state; an `Archived`
+/// batch's rows are kept after their archive verified, and it keeps its key set for the
+/// delete after `delete_after` (archive/deferred.rs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BatchState {
@@ -26,6 +28,8 @@ pub enum BatchState {
     Released,
     /// Its lease ran out; its rows are claimable again.
     Expired,
+    /// Archived and verified, its rows kept (in `retention.archived_rows`).
+    Archived,
 }
 
 impl BatchState {
@@ -36,6 +40,7 @@ impl BatchState {
             BatchState::Pruned => "pruned",
             BatchState::Released => "released",
             BatchState::Expired => "expired",
+            BatchState::Archived => "archived",
         }
     }
 }
@@ -253,7 +258,7 @@ impl Batch {
     /// claimed again first).
     pub fn watermark(policy_id: i64, relation: u32) -> Result<Option<Texts>> {
         optional_one::<Texts, _>(
-            "SELECT CASE WHEN b.state IN ('claimed', 'pruned') THEN b.last_key END
+            "SELECT CASE WHEN b.state IN ('claimed', 'pruned', 'archived') THEN b.last_key END
                FROM retention.batches b WHERE b.policy_id = $1 AND b.relation = $2::bigint::oid
               ORDER BY b.claimed_at DESC LIMIT 1",
             &[policy_id.into(), i64::from(relation).into()],
@@ -306,6 +311,64 @@ impl Batch {
             &[id.into(), lease.into()],
         )?
         .ok_or_else(|| RetentionError::UnknownBatch(id.to_owned()))
+    }
+
+    /// Marks batch `id` archived, its rows kept; its key set stays (the rows may be deleted
+    /// later, after `delete_after`).
+    pub fn archived(id: &str, reason: &str) -> Result<()> {
+        Spi::run_with_args(
+            "UPDATE retention.batches SET state = 'archived', finished_at = now(), finish_reason = $2
+              WHERE id = $1::uuid",
+            &[id.into(), reason.into()],
+        )?;
+        Ok(())
+    }
+
+    /// Up to `max` archived batches of `policy_id` with a row older than `window` (interval
+    /// text) whose archive has not expired, oldest first, each locked (batches another
+    /// transaction holds are skipped).
+    pub fn archived_due(policy_id: i64, window: &str, max: i32) -> Result<Vec<String>> {
+        query_json::<Vec<String>>(
+            "SELECT coalesce(jsonb_agg(d.id ORDER BY d.claimed_at), '[]')
+               FROM (SELECT b.id::text AS id, b.claimed_at FROM retention.batches b
+                      WHERE b.policy_id = $1 AND b.state = 'archived'
+                        AND b.age_min::timestamptz < now() - $2::interval
+                        AND NOT EXISTS (SELECT 1 FROM retention.archive_records a
+                                          JOIN retention.archive_expirations e ON e.archive_id = a.id
+                                         WHERE a.batch = b.id)
+                      ORDER BY b.claimed_at LIMIT $3
+                        FOR UPDATE OF b SKIP LOCKED) d",
+            &[policy_id.into(), window.into(), max.into()],
+        )?
+        .ok_or_else(|| returned_nothing("archived batches due"))
+    }
+
+    /// Keeps, of archived batch `id`'s key set, only `rows` (the rows still waiting for their
+    /// delete).
+    pub fn keep_only(id: &str, rows: &ClaimedRows) -> Result<()> {
+        let count = i64::try_from(rows.places.len()).unwrap_or(i64::MAX);
+        Spi::run_with_args(
+            "UPDATE retention.batch_keys SET keys = $2, ctids = $3, xmins = $4 WHERE batch_id = $1::uuid",
+            &[
+                id.into(),
+                crate::arrays::texts(&rows.keys)?,
+                crate::arrays::tids(&rows.places)?,
+                crate::arrays::int8s(&rows.xmins)?,
+            ],
+        )?;
+        Spi::run_with_args(
+            "UPDATE retention.batches SET rows = $2 WHERE id = $1::uuid",
+            &[id.into(), count.into()],
+        )?;
+        Ok(())
+    }
+
+    /// The id of the archive record of batch `id`, if it was archived.
+    pub fn archive_of(id: &str) -> Result<Option<i64>> {
+        optional_one::<i64, _>(
+            "SELECT a.id FROM retention.archive_records a WHERE a.batch = $1::uuid",
+            &[id.into()],
+        )
     }
 
     /// Ends batch `id` in `state` for `reason` and forgets its key set.

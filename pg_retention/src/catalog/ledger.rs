@@ -26,9 +26,8 @@ const INSERT_ARGS: [BuiltinOid; 11] = [
 /// What a ledger record says happened (`retention.ledger.method`): every method there is. The
 /// CHECK constraint `ledger_entries_method` (sql/catalog.sql) lists the same names, and a test
 /// below compares the two. The SQL side writes the worker's own methods (`skip_locked`,
-/// `cycle_cap`, `worker_crash`, a failed start's `error`, `pause`) and the archiver's lifecycle
-/// records (`expire_prepare`, `expire_apply`, `orphan_object_sweep`) through
-/// `retention._ledger_append`.
+/// `cycle_cap`, `worker_crash`, a failed start's `error`, `pause`) and the archiver's
+/// `orphan_object_sweep` through `retention._ledger_append`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 // The methods SQL writes are never made in Rust: they are listed so that the enum and the CHECK
 // constraint are one list.
@@ -50,6 +49,9 @@ pub enum LedgerMethod {
     HoldLift,
     /// An archive batch claimed.
     Claim,
+    /// An archive batch archived and verified, its rows kept (an `archive` policy, or a
+    /// two-window one until `delete_after`).
+    Archive,
     /// An archive batch resumed by its archiver.
     Resume,
     /// An archive batch released.
@@ -88,9 +90,9 @@ pub enum LedgerMethod {
     WorkerCrash,
     /// A worker's cycle stopped at its cap before a policy ran (written by SQL).
     CycleCap,
-    /// An archive expiry prepared (written by SQL for the archiver).
+    /// An archive expire operation prepared (archive/expire_operation.rs).
     ExpirePrepare,
-    /// An archive expiry applied (written by SQL for the archiver).
+    /// One apply of an archive expire operation (archive/expire_operation.rs).
     ExpireApply,
     /// Store objects no archive references deleted (written by SQL for the archiver).
     OrphanObjectSweep,
@@ -99,7 +101,7 @@ pub enum LedgerMethod {
 impl LedgerMethod {
     /// Every method (compared with the CHECK constraint by the test below).
     #[allow(dead_code)]
-    pub const ALL: [LedgerMethod; 29] = [
+    pub const ALL: [LedgerMethod; 30] = [
         LedgerMethod::Prune,
         LedgerMethod::HoldSkip,
         LedgerMethod::CapReached,
@@ -108,6 +110,7 @@ impl LedgerMethod {
         LedgerMethod::HoldPlace,
         LedgerMethod::HoldLift,
         LedgerMethod::Claim,
+        LedgerMethod::Archive,
         LedgerMethod::Resume,
         LedgerMethod::Release,
         LedgerMethod::LeaseExpired,
@@ -142,6 +145,7 @@ impl LedgerMethod {
             LedgerMethod::HoldPlace => "hold_place",
             LedgerMethod::HoldLift => "hold_lift",
             LedgerMethod::Claim => "claim",
+            LedgerMethod::Archive => "archive",
             LedgerMethod::Resume => "resume",
             LedgerMethod::Release => "release",
             LedgerMethod::LeaseExpired => "lease_expired",

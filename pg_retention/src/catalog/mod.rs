@@ -3,15 +3,18 @@
 //! and lifts (`hold.rs`), archive batches, their key sets and archive records (`batch.rs`), the
 //! ledger (`ledger.rs`), window links (`link.rs`), pull consumers (`consumer.rs`), the WAL
 //! budget of paced sweeps (`wal_budget.rs`), erasures that reach archives (`supersession.rs`) and the tables' pages (`scrub.rs`),
+//! the archiver's expire operations (`expire_operation.rs`),
 //! leaves detached to be dropped whole (`retiring.rs`), the gauges metrics() keeps between
 //! scrapes (`gauges.rs`).
 //! `tree.rs` reads a table's partition tree without locks (`retention._below`, `_tree_of`).
 //! `relation.rs` describes governed tables from the system catalogs. The worker's state
 //! (`worker_state.rs`) is written through the worker's SQL functions in `sql/api.sql`.
 
+pub mod archived_rows;
 pub mod batch;
 pub mod class;
 pub mod consumer;
+pub mod expire_operation;
 pub mod gauges;
 pub mod hold;
 pub mod ledger;

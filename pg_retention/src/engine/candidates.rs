@@ -13,7 +13,7 @@
 //! partition for a partitioned table), so that another row put in its place later is not it.
 
 use crate::catalog::{
-    active_holds, Action, HoldFence, Kind, LedgerEntry, LedgerMethod, Policy, RelationInfo,
+    active_holds, HoldFence, Kind, LedgerEntry, LedgerMethod, Policy, RelationInfo,
 };
 use crate::engine::eligible::{keeps_every_referenced_row, Eligibility, Guards};
 use crate::engine::references::{check_keys_at_once, Dependents};
@@ -25,7 +25,7 @@ use serde_json::json;
 /// Refuses a policy whose rows these functions do not delete: archive policies (their rows go
 /// through the archive protocol) and `entity` policies (a group goes whole, by `run`).
 fn swept(policy: &Policy) -> Result<()> {
-    if policy.action == Action::ArchiveThenDelete {
+    if policy.action.archives() {
         return Err(RetentionError::invalid(
             format!("policy {} is an archive policy", policy.name),
             "Its rows leave only through the archive protocol (claim, write, verify, prune).",

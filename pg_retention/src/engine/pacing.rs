@@ -34,6 +34,17 @@ pub enum PauseReason {
     Adaptive,
 }
 
+impl PauseReason {
+    /// Its name, as the ledger and `retention.workers` write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PauseReason::ReplicaLag => "replica_lag",
+            PauseReason::WalRate => "wal_rate",
+            PauseReason::Adaptive => "adaptive",
+        }
+    }
+}
+
 /// What the next step must wait for.
 #[derive(Debug, Clone, Serialize)]
 pub struct Pace {

@@ -18,8 +18,13 @@ pub struct Preview {
     pub held: i64,
     /// Holds that keep at least one eligible row.
     pub hold_ids: Vec<i64>,
-    /// Rows the next `retention.run` would delete (0 for archive policies: the run never deletes them).
+    /// Rows the next `retention.run` would delete (0 for archive policies: the run never
+    /// deletes them; for a two-window policy, the archived rows past its `delete_after`, which
+    /// `retention.prune_archived` deletes).
     pub would_delete: i64,
+    /// Rows the archivers would archive now (archive policies; a row archived and kept is not
+    /// counted again).
+    pub would_archive: i64,
     /// Deletable rows beyond the run cap (or, for archive policies, waiting for the archiver).
     pub backlog: i64,
     /// Estimated slice bytes for the deletable rows, from real frames of a sample (archive policies only).
@@ -111,9 +116,18 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
         .filter(|(_, n)| *n > 0)
         .map(|(id, _)| id)
         .collect();
-    let archive = policy.action == Action::ArchiveThenDelete;
-    let would_delete = if archive || !policy.enabled {
+    let archive = policy.action.archives();
+    let (would_archive, archived_due) = if archive && policy.keeps_archived_rows() {
+        kept_counts(policy, &rel, &holds, &elig)?
+    } else if archive {
+        (deletable, 0)
+    } else {
+        (0, 0)
+    };
+    let would_delete = if !policy.enabled {
         0
+    } else if archive {
+        archived_due
     } else if elig.kind() == Kind::Entity {
         // Whole groups in the order the sweep takes them, as many as fit under the cap.
         elig.as_owner(|| {
@@ -139,7 +153,12 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
         held: unpinned - deletable,
         hold_ids,
         would_delete,
-        backlog: deletable - would_delete,
+        would_archive,
+        backlog: if archive {
+            would_archive
+        } else {
+            deletable - would_delete
+        },
         archive_bytes_estimate,
         partitions_to_drop,
         pinned: unreferenced - unpinned,
@@ -147,6 +166,38 @@ pub fn preview(policy: &Policy) -> Result<Preview> {
         index_hint: crate::engine::index_hint::missing(policy, &rel)?,
         hidden_rows: hidden_rows(policy, &elig, &rel)?,
     })
+}
+
+/// For a policy that keeps archived rows: the rows to archive (eligible now and not archived
+/// yet) and, for a two-window one, the archived rows past its `delete_after` that its delete
+/// would take (unheld, unreferenced) — counted as its owner, with the claim's and the delete's
+/// own conditions.
+fn kept_counts(
+    policy: &Policy,
+    rel: &RelationInfo,
+    holds: &[crate::catalog::Hold],
+    elig: &Eligibility<'_>,
+) -> Result<(i64, i64)> {
+    let not_archived = crate::catalog::archived_rows::not_archived(policy.id, rel);
+    let count = |elig: &Eligibility<'_>, condition: &str| -> Result<i64> {
+        let sql = format!(
+            "SELECT count(*) FROM {} t WHERE {} AND {condition}",
+            rel.all_rows(),
+            elig.age_predicate(Guards::ALL)
+        );
+        elig.as_owner(|| present(Spi::get_one::<i64>(&sql)?, "a kept-row count"))
+    };
+    let to_archive = count(elig, &not_archived)?;
+    let Some(after) = policy.delete_after.clone() else {
+        return Ok((to_archive, 0));
+    };
+    let mut later = policy.clone();
+    later.spec.older_than = Some(after);
+    let due = count(
+        &Eligibility::new(&later, rel, holds)?,
+        &format!("NOT {not_archived}"),
+    )?;
+    Ok((to_archive, due))
 }
 
 /// [`Preview::hidden_rows`]: the table's rows counted by preview's definer (the extension's

@@ -68,7 +68,7 @@ pub fn validate(spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
         match trusted {
             None => {
                 return Err(RetentionError::Raised {
-                    code: PgSqlErrorCode::ERRCODE_INVALID_SCHEMA_NAME,
+                    sqlstate: "3F000".into(),
                     message: format!("schema \"{schema}\" of search_path does not exist"),
                 })
             }

@@ -121,7 +121,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
             "Register the policy on the table that holds the rows.",
         ));
     }
-    let archive = spec.action == Action::ArchiveThenDelete;
+    let archive = spec.action.archives();
     if let Some((crate::catalog::class::RetentionClass::SourceOfTruth, reason)) =
         crate::catalog::class::class_of(rel.oid)?
     {
@@ -238,7 +238,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         check_references(&rel)?;
     }
     check_lease(spec, &rel)?;
-    if spec.action == Action::ArchiveThenDelete && kind != Kind::Age {
+    if spec.action.archives() && kind != Kind::Age {
         return Err(RetentionError::invalid(
             format!(
                 "archive_then_delete is supported for age policies, not {}",
@@ -249,7 +249,7 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
         ));
     }
     if let Some(keep) = &spec.archive_keep {
-        if spec.action != Action::ArchiveThenDelete {
+        if !spec.action.archives() {
             return Err(RetentionError::invalid(
                 "archive_keep applies to archive_then_delete policies",
                 "Only archive policies make archives.",
@@ -264,14 +264,47 @@ pub fn validate(spec: &PolicySpec) -> Result<RelationInfo> {
             ));
         }
     }
-    if spec.action == Action::ArchiveThenDelete && spec.terminal.is_none() {
+    if spec.action.archives() && spec.terminal.is_none() {
         return Err(RetentionError::invalid(
-            "archive_then_delete policies require a terminal predicate",
+            "archive policies require a terminal predicate",
             "Rows are archived only once they can no longer change; terminal says when that is.",
             "Pass terminal => '<predicate of finished rows>'.",
         ));
     }
+    check_second_window(spec, &rel)?;
     Ok(rel)
+}
+
+/// Refuses (22023) a `delete_after` but on an `archive_then_delete` policy, or shorter than
+/// its `older_than` (a row is deleted only after it was archived), and a policy that keeps
+/// archived rows on a table without a primary key (a kept row is known by its key: a place
+/// changes with every rewrite of the table).
+fn check_second_window(spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
+    if let Some(after) = &spec.delete_after {
+        if spec.action != crate::catalog::Action::ArchiveThenDelete {
+            return Err(RetentionError::invalid(
+                "delete_after applies to archive_then_delete policies",
+                "It is the second window of a policy that archives rows and deletes them later.",
+                "Drop delete_after, or use action => 'archive_then_delete'.",
+            ));
+        }
+        let window = spec.older_than.as_deref().unwrap_or("0");
+        if interval_compare(after, window)? == Ordering::Less {
+            return Err(RetentionError::invalid(
+                format!("delete_after ({after}) must be at least older_than ({window})"),
+                "Rows are archived after older_than and deleted after delete_after, once archived.",
+                "Pass a delete_after of at least older_than, or drop it to delete rows as soon as they are archived.",
+            ));
+        }
+    }
+    if spec.keeps_archived_rows() && rel.pk.is_empty() {
+        return Err(RetentionError::invalid(
+            format!("{} has no primary key, and the policy keeps archived rows", rel.qualified),
+            "A row archived and kept is remembered by its key, so that it is not archived again; a table without one names rows only by their place, which a rewrite changes.",
+            "Give the table a primary key, or archive and delete at once (action => 'archive_then_delete' without delete_after).",
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses (22023) `record_keys` where the keys of the rows deleted cannot be listed: archive

@@ -9,20 +9,18 @@
 use super::board::{self, Request};
 use super::schedule::next_delay;
 use crate::catalog::worker_state::{self, WorkerState};
-use crate::engine::sweep::{runs, Outcome};
-use crate::gucs;
+use crate::engine::sweep::driver::{self, Advance};
+use crate::engine::sweep::Outcome;
+use crate::{gucs, identity, subxact};
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
 use pgrx::prelude::*;
-use serde_json::Value;
 use std::ffi::CString;
 use std::time::{Duration, Instant};
 
-/// Runs `f` in its own transaction.
+/// Runs `f` in its own transaction (committed whatever `f` returns).
 pub(super) fn tx<R>(
-    f: impl FnOnce() -> Result<R, pgrx::spi::SpiError>
-        + std::panic::UnwindSafe
-        + std::panic::RefUnwindSafe,
-) -> Result<R, pgrx::spi::SpiError> {
+    f: impl FnOnce() -> R + std::panic::UnwindSafe + std::panic::RefUnwindSafe,
+) -> R {
     BackgroundWorker::transaction(f)
 }
 
@@ -81,52 +79,21 @@ impl Visit {
     }
 }
 
-/// Runs one sweep step (`SELECT <function>(...)` returning jsonb) in its own transaction.
-fn step(
+/// Runs one part of a run (`engine/sweep/driver.rs`) in its own transaction, with the
+/// extension owner's privileges as the SQL entry points take them (`identity::direct_entry`:
+/// the worker's own role may be a mere member of retention_worker). An error the part returns
+/// rolls back what it wrote and is logged: None.
+fn part<T>(
     what: &str,
-    f: impl FnOnce() -> Result<Option<pgrx::JsonB>, pgrx::spi::SpiError>
-        + std::panic::UnwindSafe
-        + std::panic::RefUnwindSafe,
-) -> Option<Value> {
-    match tx(f) {
-        Ok(v) => v.map(|j| j.0).filter(|v| !v.is_null()),
+    f: impl FnOnce() -> crate::error::Result<T> + std::panic::UnwindSafe + std::panic::RefUnwindSafe,
+) -> Option<T> {
+    match tx(|| subxact::atomically(|| identity::direct_entry(f))) {
+        Ok(v) => Some(v),
         Err(e) => {
             warning!("pg_retention: {what}: {e}");
             None
         }
     }
-}
-
-fn step_with_state(function: &str, state: Value) -> Option<Value> {
-    let sql = format!("SELECT retention.{function}($1)");
-    let what = function.to_owned();
-    step(&what, move || {
-        Spi::get_one_with_args::<pgrx::JsonB>(&sql, &[pgrx::JsonB(state).into()])
-    })
-}
-
-fn is_done(state: &Value) -> bool {
-    state.get("done").and_then(Value::as_bool).unwrap_or(true)
-}
-
-/// What `retention._run_pace` says of the run's next step: seconds to wait (0: go on) and why.
-/// The first call after a step charges the step's WAL; the call that says go on after a pause
-/// ledgers the pause (the same pacing as `CALL retention.run()`'s).
-fn pace_now(state: &Value) -> (f64, Option<String>) {
-    let state = pgrx::JsonB(state.clone());
-    let answer = step("_run_pace", move || {
-        Spi::get_one_with_args::<pgrx::JsonB>("SELECT retention._run_pace($1)", &[state.into()])
-    });
-    let Some(answer) = answer else {
-        // Pacing could not be read (logged): go on rather than stall the sweep on it.
-        return (0.0, None);
-    };
-    let pause = answer.get("pause").and_then(Value::as_f64).unwrap_or(0.0);
-    let reason = answer
-        .get("reason")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    (pause, reason)
 }
 
 /// Why the wait between two steps ended early.
@@ -135,73 +102,89 @@ enum Interrupted {
     VisitOver,
 }
 
-/// Waits between two steps of the sweep of policy `name` (its run's `state`) for as long as
-/// pacing asks, visible in `retention.workers` meanwhile.
-fn pace(visit: &Visit, name: &str, state: &Value) -> Result<(), Interrupted> {
-    let (mut pause, reason) = pace_now(state);
-    if pause <= 0.0 {
-        return Ok(());
+/// Waits up to `seconds` (at most a second at a time: pacing is asked again after it) between
+/// two steps, unless SIGTERM or the visit bound comes first.
+fn wait(visit: &Visit, seconds: f64) -> Result<(), Interrupted> {
+    let waited = BackgroundWorker::wait_latch(Some(Duration::from_secs_f64(seconds.min(1.0))));
+    if !waited || BackgroundWorker::sigterm_received() {
+        return Err(Interrupted::Terminated);
     }
-    let why = reason.unwrap_or_else(|| "pacing".into());
-    let policy = name.to_owned();
-    if let Err(e) = tx(move || worker_state::record_pause(policy, why)) {
-        warning!("pg_retention: could not record the pause: {e}");
+    if visit.over() {
+        return Err(Interrupted::VisitOver);
     }
-    while pause > 0.0 {
-        let waited = BackgroundWorker::wait_latch(Some(Duration::from_secs_f64(pause.min(1.0))));
-        if !waited || BackgroundWorker::sigterm_received() {
-            return Err(Interrupted::Terminated);
-        }
-        if visit.over() {
-            return Err(Interrupted::VisitOver);
-        }
-        pause = pace_now(state).0;
-    }
-    set_state(WorkerState::Sweeping, Some(name));
     Ok(())
 }
 
 const CUT: &str = "the visit bound (pg_retention.max_visit_time) was reached; the database's next visit goes on with this policy";
 
-/// Sweeps one policy (see `retention._run_begin` for the protocol `CALL retention.run()`
-/// shares).
+/// Sweeps one policy: the run driver's begin, its parts one transaction each (pauses waited
+/// out here, visible in `retention.workers`), and its end — the run `CALL retention.run()`
+/// makes, with the worker's stops between parts.
 fn sweep_policy(visit: &Visit, id: i64, name: &str, cycle_remaining: i64) -> Swept {
-    let Some(mut state) = step("_run_begin", move || {
-        Spi::get_one_with_args::<pgrx::JsonB>(
-            "SELECT retention._run_begin($1, 'worker', $2, true)",
-            &[id.into(), cycle_remaining.into()],
-        )
-    }) else {
+    let begun = part("beginning a run", move || {
+        driver::begin(id, Some(cycle_remaining), true)
+    });
+    let Some(token) = begun.flatten() else {
         log!("pg_retention: policy {name} skipped: another pruner holds its lock, or its run could not start (see retention.ledger)");
         return Swept::Rows(0);
     };
     set_activity(&visit.database, Some(name));
     set_state(WorkerState::Sweeping, Some(name));
     let mut end = None;
-    let token = state.get("token").and_then(Value::as_u64).unwrap_or(0);
-    // Ends the run between steps; `_run_end` closes it below.
+    // Ends the run between parts, unless its last step ended it (then the policy had its
+    // turn: false); `driver::end` closes it below.
     let stop = |outcome: Outcome, reason: &str| {
-        if let Err(e) = runs::stop(token, outcome, reason) {
+        driver::stop(token, outcome, reason).unwrap_or_else(|e| {
             warning!("pg_retention: policy {name}: {e}");
-        }
+            true
+        })
     };
-    while !is_done(&state) {
+    let mut paused = false;
+    loop {
         if BackgroundWorker::sigterm_received() {
-            end = Some(Swept::Terminated);
-            stop(
+            let stopped = stop(
                 Outcome::Stopped,
                 "worker received SIGTERM; stopped between batches",
             );
+            end = stopped.then_some(Swept::Terminated);
             break;
         }
         if visit.over() {
-            end = Some(Swept::Cut);
-            stop(Outcome::Stopped, CUT);
+            end = stop(Outcome::Stopped, CUT).then_some(Swept::Cut);
             break;
         }
-        match step_with_state("_sweep_step_safe", state.clone()) {
-            Some(next) => state = next,
-            // The step's own transaction failed (a policy error is ledgered by the step and
+        match part("a step", move || driver::advance(token)) {
+            Some(Advance::Done) => break,
+            Some(Advance::Go) => {
+                if std::mem::take(&mut paused) {
+                    set_state(WorkerState::Sweeping, Some(name));
+                }
+            }
+            Some(Advance::Wait { seconds, reason }) => {
+                if !std::mem::replace(&mut paused, true) {
+                    let policy = name.to_owned();
+                    if let Err(e) = tx(move || worker_state::record_pause(policy, reason)) {
+                        warning!("pg_retention: could not record the pause: {e}");
+                    }
+                }
+                match wait(visit, seconds) {
+                    Ok(()) => {}
+                    Err(Interrupted::Terminated) => {
+                        stop(
+                            Outcome::Stopped,
+                            "worker received SIGTERM while paused between batches",
+                        );
+                        end = Some(Swept::Terminated);
+                        break;
+                    }
+                    Err(Interrupted::VisitOver) => {
+                        stop(Outcome::Stopped, CUT);
+                        end = Some(Swept::Cut);
+                        break;
+                    }
+                }
+            }
+            // The part's own transaction failed (a policy error is ledgered by the step and
             // ends the run; this is not one): close the run as failed.
             None => {
                 stop(
@@ -211,34 +194,9 @@ fn sweep_policy(visit: &Visit, id: i64, name: &str, cycle_remaining: i64) -> Swe
                 break;
             }
         }
-        if is_done(&state) {
-            break;
-        }
-        match pace(visit, name, &state) {
-            Ok(()) => {}
-            Err(Interrupted::Terminated) => {
-                end = Some(Swept::Terminated);
-                stop(
-                    Outcome::Stopped,
-                    "worker received SIGTERM while paused between batches",
-                );
-                break;
-            }
-            Err(Interrupted::VisitOver) => {
-                end = Some(Swept::Cut);
-                stop(Outcome::Stopped, CUT);
-                break;
-            }
-        }
     }
-    let deleted = state.get("deleted").and_then(Value::as_i64).unwrap_or(0);
-    let closed = step("_run_end", move || {
-        Spi::get_one_with_args::<pgrx::JsonB>(
-            "SELECT retention._run_end($1, true)",
-            &[pgrx::JsonB(state).into()],
-        )
-    });
-    if closed.is_none() {
+    let deleted = driver::progress(token).map_or(0, |(state, _)| state.deleted);
+    if part("closing a run", move || driver::end(token, true)).is_none() {
         warning!("pg_retention: the run of policy {name} was not closed; its lock is released when this worker exits");
     }
     set_activity(&visit.database, None);

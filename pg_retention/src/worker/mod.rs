@@ -3,10 +3,11 @@
 //!
 //! The launcher is registered at postmaster start (so the library must be preloaded) and is
 //! connected to no database. Each visit is a worker of its own: it connects to its database,
-//! sweeps the policies of the database's cycle through the same steps as
-//! `CALL retention.run()` for at most `pg_retention.max_visit_time`, then (when its cycle is
-//! complete) checks and vacuums the tables erasures deleted from (`vacuum.rs`), and exits; the launcher
-//! gives the next free worker to the database that has waited longest.
+//! sweeps the policies of the database's cycle through the same run driver as
+//! `CALL retention.run()` (`engine/sweep/driver.rs`) for at most `pg_retention.max_visit_time`,
+//! then (when its cycle is complete) checks and vacuums the tables erasures deleted from
+//! (`vacuum.rs`), and exits; the launcher gives the next free worker to the database that has
+//! waited longest.
 
 pub mod board;
 mod database;

@@ -85,8 +85,11 @@ impl std::fmt::Display for Kind {
 pub enum Action {
     /// Sweeps delete them.
     Delete,
-    /// Archivers archive them; verified archives are pruned.
+    /// Archivers archive them; verified archives are pruned (at once, or after `delete_after`).
     ArchiveThenDelete,
+    /// Archivers archive them and they stay (the reference designs' `archive_after`): an
+    /// archived row is not archived again.
+    Archive,
 }
 
 impl Action {
@@ -95,10 +98,11 @@ impl Action {
         match s {
             "delete" => Ok(Action::Delete),
             "archive_then_delete" => Ok(Action::ArchiveThenDelete),
+            "archive" => Ok(Action::Archive),
             _ => Err(RetentionError::invalid(
                 format!("unknown action \"{s}\""),
-                "action must be delete or archive_then_delete.",
-                "Use archive_then_delete for rows that must be archived before they go.",
+                "action must be delete, archive_then_delete or archive.",
+                "Use archive_then_delete for rows that must be archived before they go, archive for rows archived and kept.",
             )),
         }
     }
@@ -108,14 +112,20 @@ impl Action {
         match self {
             Action::Delete => "delete",
             Action::ArchiveThenDelete => "archive_then_delete",
+            Action::Archive => "archive",
         }
+    }
+
+    /// Whether archivers archive the policy's rows (the archive policies).
+    pub fn archives(self) -> bool {
+        matches!(self, Action::ArchiveThenDelete | Action::Archive)
     }
 
     /// The retention class of a table governed with this action (`retention.tables.class`).
     pub fn class(self) -> &'static str {
         match self {
             Action::Delete => "delete",
-            Action::ArchiveThenDelete => "archive",
+            Action::ArchiveThenDelete | Action::Archive => "archive",
         }
     }
 }
@@ -287,6 +297,7 @@ mod tests {
             mutable_columns: None,
             mutable_guard: None,
             record_keys: None,
+            delete_after: None,
             enabled: true,
         };
         let keys: Vec<String> = serde_json::to_value(&spec)

@@ -97,6 +97,11 @@ pub struct PolicySpec {
     /// Whether a delete policy's ledger entries list the keys of the rows they deleted.
     #[serde(default)]
     pub record_keys: Option<bool>,
+    /// An `archive_then_delete` policy's second window (interval text, at least `older_than`):
+    /// rows are archived after `older_than` and deleted after this, once their archive
+    /// verified. None: deleted as soon as archived.
+    #[serde(default)]
+    pub delete_after: Option<String>,
     /// Whether sweeps run it.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -127,6 +132,14 @@ impl PolicySpec {
     pub fn visible_rows_only(&self) -> bool {
         self.visible_rows_only == Some(true)
     }
+
+    /// Whether archived rows stay in the table after their archive verified: an `archive`
+    /// policy keeps them, a two-window `archive_then_delete` one until `delete_after`. Their
+    /// keys are kept in `retention.archived_rows`, so no row is archived twice.
+    pub fn keeps_archived_rows(&self) -> bool {
+        self.action == Action::Archive
+            || (self.action == Action::ArchiveThenDelete && self.delete_after.is_some())
+    }
 }
 
 impl std::ops::Deref for Policy {
@@ -141,7 +154,7 @@ impl std::ops::Deref for Policy {
 /// and the columns of `retention.policy_versions`. The statements of `reads.rs` and
 /// `versions.rs` are built from this list; `a_policy_field_has_one_definition` fails when the
 /// SQL surface, the spec or the catalog disagree with it.
-pub const FIELDS: [(&str, &str); 31] = [
+pub const FIELDS: [(&str, &str); 32] = [
     ("kind", "text"),
     ("age_column", "text"),
     ("older_than", "interval"),
@@ -173,4 +186,5 @@ pub const FIELDS: [(&str, &str); 31] = [
     ("mutable_columns", "text[]"),
     ("mutable_guard", "text"),
     ("record_keys", "boolean"),
+    ("delete_after", "interval"),
 ];

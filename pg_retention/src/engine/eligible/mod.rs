@@ -57,7 +57,7 @@ pub struct Eligibility<'a> {
 /// for archive policies (a cascade would delete rows no archive holds) and `unreferenced`
 /// policies (references are what they decide by).
 pub fn keeps_every_referenced_row(policy: &Policy) -> bool {
-    policy.action == Action::ArchiveThenDelete || policy.kind == Kind::Unreferenced
+    policy.action.archives() || policy.kind == Kind::Unreferenced
 }
 
 /// The clock and the quoted order column of `policy`, refusing a policy whose kind needs one it

@@ -1,8 +1,9 @@
 //! Sweeps: a run of a delete-action policy, one step per transaction. A step deletes up to
 //! `batch_size` rows; "batch" alone means an archive batch (`archive/`).
 //!
-//! A run is a small state machine carried between steps as JSON (so a plpgsql procedure can
-//! COMMIT between steps and the background worker can run each step in its own transaction):
+//! A run is a small state machine kept in the backend that runs it (`runs.rs`), each step in a
+//! transaction of its own (a plpgsql procedure COMMITs between steps, the background worker
+//! runs each in its own transaction; `driver.rs` is the one definition of a run both use):
 //! `start` → `step`* → `finish`, with `failed` when a step raised an error. Each step plans
 //! and deletes in one statement (`statements.rs`), so the eligibility predicate, the holds in
 //! force and the foreign-key guard are evaluated when the step executes.
@@ -17,6 +18,7 @@
 
 mod close;
 mod detached;
+pub mod driver;
 mod plan;
 mod retire_leaves;
 pub mod runs;
@@ -69,10 +71,7 @@ pub fn start(policy_id: i64, actor: &str, cycle_remaining: Option<i64>) -> Resul
         retire: false,
         dropped: 0,
         detached: vec![],
-        step_wal_bytes: 0,
         paced: Adaptive::default(),
-        token: 0,
-        pause: None,
         dependents: None,
     };
     let Some(policy) = policy else {

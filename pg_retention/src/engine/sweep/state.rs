@@ -1,17 +1,17 @@
-//! The state of a run, carried between steps as JSON ([`SweepState`]), and how a run went
-//! ([`Outcome`]). Kept apart from the steps that change it so that the shape SQL and the worker
-//! hand back and forth reads in one place, with the few helpers every step uses on it (ending
-//! the run, ledgering under its run id).
+//! The state of a run, kept in the backend that runs it between steps ([`SweepState`],
+//! `runs.rs`), and how a run went ([`Outcome`]). Kept apart from the steps that change it so
+//! that the shape every step reads and writes is in one place, with the few helpers every step
+//! uses on it (ending the run, ledgering under its run id).
 
 use crate::catalog::{LedgerEntry, LedgerMethod, Policy};
 use crate::engine::pacing::Adaptive;
 use crate::engine::references::Dependents;
 use crate::error::{present, Result};
 use pgrx::prelude::*;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// How a run went (`detail.outcome` of its `run` ledger record).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// Not over yet.
@@ -29,7 +29,7 @@ pub enum Outcome {
 }
 
 /// The state of one run of one policy, carried between steps.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct SweepState {
     /// Policy id.
     pub policy_id: i64,
@@ -48,12 +48,11 @@ pub struct SweepState {
     /// For `age` on a table with a btree index on the age column: steps walk that index and
     /// take the eligible rows aged from this value on (the type's text form). None: steps walk
     /// block ranges from `lo`.
-    #[serde(default)]
     pub age_from: Option<String>,
     /// Rows deleted so far.
     pub deleted: i64,
-    /// Steps that deleted rows (`batches` in the state and the ledger, as documented).
-    #[serde(rename = "batches")]
+    /// Steps that deleted rows (`batches` in the ledger and `retention._run_end`, as
+    /// documented).
     pub steps: i64,
     /// Most rows this run may delete (policy cap, or less when a worker cycle cap is lower).
     pub cap: i64,
@@ -65,36 +64,34 @@ pub struct SweepState {
     pub reason: Option<String>,
     /// For a partitioned table: the leaves not yet swept, the one being swept first (empty for
     /// a table that is not partitioned).
-    #[serde(default)]
     pub leaves: Vec<u32>,
     /// Whether the current leaf is still to be tried for a whole drop.
-    #[serde(default)]
     pub retire: bool,
     /// Leaves dropped whole.
-    #[serde(default)]
     pub dropped: i64,
     /// Leaves the last step detached to retire whole, which the next transaction drops (the
     /// next step, or `finish`); each has a `retention.retiring_leaves` row and this session's
     /// lock.
-    #[serde(default)]
     pub detached: Vec<u32>,
-    /// WAL the last step wrote, in bytes: what pacing charges to the database's budget.
-    #[serde(default)]
-    pub step_wal_bytes: i64,
     /// Adaptive pacing: the next step's size and the pauses so far.
-    #[serde(default)]
     pub paced: Adaptive,
-    /// The run's token in this backend ([`runs`]): what SQL hands back between steps.
-    #[serde(default)]
-    pub token: u64,
-    /// When a pause of `CALL retention.run()` between two steps began, and why (see
-    /// `retention._run_pace`); the worker times its own pauses.
-    #[serde(skip)]
-    pub pause: Option<(std::time::Instant, String)>,
     /// Within a step: the tables its deletes change through foreign keys, and their rows
     /// changed in this transaction before it (engine/references.rs), for its ledger entry.
-    #[serde(skip)]
     pub dependents: Option<(Dependents, Vec<i64>)>,
+}
+
+impl Outcome {
+    /// Its name, as the ledger and `retention._run_end` write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Running => "running",
+            Outcome::Ok => "ok",
+            Outcome::Cap => "cap",
+            Outcome::Error => "error",
+            Outcome::Stopped => "stopped",
+            Outcome::Skipped => "skipped",
+        }
+    }
 }
 
 pub(super) fn new_run_id() -> Result<String> {
