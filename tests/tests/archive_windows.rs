@@ -35,6 +35,17 @@ fn audit_log(c: &Cluster, n: i64, days: &str) -> (Client, Client, Client) {
     (c.connect("postgres"), app, admin)
 }
 
+/// The value of metric family `name` for policy `policy` (-1 when it has no sample).
+fn metric(db: &mut Client, name: &str, policy: &str) -> i64 {
+    scalar(
+        db,
+        &format!(
+            "SELECT coalesce((SELECT m.value::bigint FROM retention.metrics() m
+                               WHERE m.name = '{name}' AND m.labels->>'policy' = '{policy}'), -1)"
+        ),
+    )
+}
+
 fn preview(admin: &mut Client, policy: &str) -> (i64, i64) {
     let row = admin
         .query_one(
@@ -145,6 +156,18 @@ fn an_archive_policy_archives_each_row_once_and_keeps_it() {
         2101
     );
     assert_eq!(scalar(&mut db, "SELECT count(*) FROM audit_log"), 3001);
+    assert_eq!(
+        metric(&mut db, "pg_retention_policy_archived_kept_rows", "audit"),
+        2101
+    );
+    assert_eq!(
+        metric(&mut db, "pg_retention_policy_rows_archived_total", "audit"),
+        2101
+    );
+    assert_eq!(
+        metric(&mut db, "pg_retention_policy_rows_deleted_total", "audit"),
+        0
+    );
     // Every archived row is in exactly one slice, and the slices hold the rows as they are.
     let (rows, twice, all) = restored(&c, &a, &mut db);
     assert_eq!((rows, twice), (2101, 0), "each row archived once");
@@ -229,6 +252,18 @@ fn two_windows_archive_after_the_first_and_delete_after_the_second() {
     assert_eq!(
         scalar(&mut db, "SELECT count(*) FROM retention.archived_rows"),
         400
+    );
+    assert_eq!(
+        metric(&mut db, "pg_retention_policy_archived_kept_rows", "audit"),
+        400
+    );
+    assert_eq!(
+        metric(&mut db, "pg_retention_policy_rows_deleted_total", "audit"),
+        600
+    );
+    assert_eq!(
+        metric(&mut db, "pg_retention_policy_rows_archived_total", "audit"),
+        1000
     );
     assert_eq!(preview(&mut admin, "audit"), (0, 0));
     // The second window shortened to 10 days: the 15-day-old rows are due, but 50 are held.

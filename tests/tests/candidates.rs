@@ -224,3 +224,42 @@ fn recorded_keys_name_every_row_deleted() {
         assert_eq!(state, "22023", "{options}");
     }
 }
+
+/// Where a run walks an index on the age column, candidates come in its order, oldest first:
+/// the first `n` candidates are the rows a run capped at `n` rows deletes.
+#[test]
+fn candidates_come_in_the_order_the_run_takes_them() {
+    let c = Cluster::start(&[]);
+    c.execute(
+        "postgres",
+        "CREATE TABLE jobs (id int PRIMARY KEY, at timestamptz NOT NULL);
+         CREATE INDEX ON jobs (at);",
+    );
+    c.grant_app_and_admin("postgres");
+    let (mut app, mut admin) = c.app_and_admin("postgres");
+    // Ages run against the keys and the places: row 1 is the youngest of the old ones.
+    app.batch_execute(
+        "INSERT INTO jobs SELECT g, now() - make_interval(days => 30 + g) FROM generate_series(1, 60) g",
+    )
+    .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'jobs', relation => 'jobs', kind => 'age',
+                    age_column => 'at', older_than => '30 days', batch_size => 5,
+                    max_rows_per_run => 7)",
+        )
+        .unwrap();
+    let first: Vec<serde_json::Value> = keys(&mut admin, "jobs", 7);
+    let oldest: Vec<serde_json::Value> = (54..=60)
+        .rev()
+        .map(|id: i32| serde_json::json!([id.to_string()]))
+        .collect();
+    assert_eq!(first, oldest, "oldest first");
+    admin.batch_execute("CALL retention.run('jobs')").unwrap();
+    assert_eq!(
+        scalar(&mut admin, "SELECT count(*) FROM jobs WHERE id >= 54"),
+        0,
+        "the run took exactly the first seven candidates"
+    );
+    assert_eq!(scalar(&mut admin, "SELECT count(*) FROM jobs"), 53);
+}

@@ -49,6 +49,8 @@ struct PolicyRow {
     /// (0 when none) and an archive policy's deletable rows; None when never measured.
     oldest_eligible_age: Option<f64>,
     eligible_rows: Option<f64>,
+    /// Rows archived and kept (policies that keep them).
+    archived_kept: Option<f64>,
 }
 
 /// The database's own samples.
@@ -121,6 +123,12 @@ const FAMILIES: &[Family] = &[
         kind: Kind::Gauge,
         help: "Archives an erasure still has to rewrite.",
         samples: Samples::Database(Scope::None, |d| Some(d.supersessions_pending)),
+    },
+    Family {
+        name: "pg_retention_policy_archived_kept_rows",
+        kind: Kind::Gauge,
+        help: "Rows archived and kept (archive policies, and two-window ones until delete_after).",
+        samples: Samples::Policy(|p| p.archived_kept),
     },
     Family {
         name: "pg_retention_policy_backlog_rows",
@@ -203,7 +211,7 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "pg_retention_policy_rows_archived_total",
         kind: Kind::Counter,
-        help: "Rows in the verified archives the policy's deletes rest on.",
+        help: "Rows in the policy's verified archives (deleted with them, or kept).",
         samples: Samples::Policy(|p| Some(p.rows_archived)),
     },
     Family {
@@ -265,7 +273,10 @@ fn policies() -> Result<Vec<PolicyRow>> {
                                   extract(epoch FROM greatest(c.last_success_at, c.last_archive_at)),
                                   extract(epoch FROM clock_timestamp() - g.measured_at),
                                   extract(epoch FROM g.oldest_candidate), g.eligible_rows,
-                                  extract(epoch FROM now())]::float8[],
+                                  extract(epoch FROM now()),
+                                  CASE WHEN p.action = 'archive' OR p.delete_after IS NOT NULL
+                                       THEN (SELECT count(*) FROM retention.archived_rows k
+                                              WHERE k.policy_id = p.id) END]::float8[],
                             ARRAY[{TOTALS}, {reasons}]::float8[],
                             g.policy_id IS NOT NULL
                        FROM retention.policies p
@@ -347,6 +358,7 @@ fn policies() -> Result<Vec<PolicyRow>> {
                     last_success: at(&figures, 2),
                     oldest_eligible_age,
                     eligible_rows: kept.and_then(|k| k.eligible_rows).map(|n| n as f64),
+                    archived_kept: at(&figures, 7),
                 })
             },
         )

@@ -1,6 +1,7 @@
 //! Candidates and prune by name (the designs' two steps, for callers of their own):
 //! `retention.candidates(policy, max_rows)` lists the rows the next run would delete — every
-//! guard a sweep applies (holds, references, consumer pins, floors) — in place order, each by
+//! guard a sweep applies (holds, references, consumer pins, floors) — in the order a run takes
+//! them (by the age column where it walks an index on it, else by place), each by
 //! its key; `retention.prune(policy, keys)` deletes, in the caller's transaction, exactly those
 //! of the given rows that are still eligible then, under the same hold fence as a sweep step,
 //! and ledgers them as a sweep step is (`prune`, with the rows its foreign keys changed). A key
@@ -111,11 +112,21 @@ fn one_of_keys(rel: &RelationInfo) -> Result<String> {
 }
 
 /// The place order of the eligible rows (a sweep's order by block ranges).
-fn place_order(rel: &RelationInfo) -> &'static str {
+/// The order a run takes the rows in: by the age column when its steps walk an index on it
+/// (a table that is not partitioned, `engine/sweep/plan.rs::has_age_index`), otherwise by
+/// place (block ranges; leaf by leaf).
+fn walk_order(policy: &Policy, rel: &RelationInfo) -> Result<String> {
     if rel.partitioned() {
-        "e.__rel, e.__ctid"
-    } else {
-        "e.__ctid"
+        return Ok("e.__rel, e.__ctid".into());
+    }
+    match &policy.age_column {
+        Some(age)
+            if policy.kind.by_age()
+                && crate::engine::sweep::plan::has_age_index(rel.oid, policy)? =>
+        {
+            Ok(format!("e.{}, e.__ctid", ident(age)))
+        }
+        _ => Ok("e.__ctid".into()),
     }
 }
 
@@ -138,7 +149,7 @@ pub fn candidates(policy: &Policy, max_rows: i64) -> Result<Vec<(String, pgrx::J
         "SELECT {relation}, {key} FROM {rows} ORDER BY {order} LIMIT {max_rows}",
         key = key_sql(&rel),
         rows = eligible_versions(&elig, &rel),
-        order = place_order(&rel),
+        order = walk_order(policy, &rel)?,
     );
     elig.as_owner(|| {
         Spi::connect(|client| {

@@ -19,7 +19,7 @@
 mod close;
 mod detached;
 pub mod driver;
-mod plan;
+pub(crate) mod plan;
 mod retire_leaves;
 pub mod runs;
 mod state;

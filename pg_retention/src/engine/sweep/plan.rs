@@ -13,7 +13,7 @@ use pgrx::PgOid;
 /// Whether the table has a btree index that leads with the policy's age column (whole-table,
 /// default operator class), so that steps can take rows in age order and stop at the cutoff
 /// instead of reading every block.
-pub(super) fn has_age_index(table: u32, policy: &Policy) -> Result<bool> {
+pub(crate) fn has_age_index(table: u32, policy: &Policy) -> Result<bool> {
     let plan = prepared::cached(
         "SELECT EXISTS (
              SELECT 1 FROM pg_catalog.pg_index i
