@@ -235,13 +235,20 @@ fn claim_in(
     // until vacuum). Rows behind the watermark (released batches, rows that became eligible
     // later) are claimed when a claim from the watermark finds nothing and starts over.
     let mut watermark = Batch::watermark(policy.id, rel.oid)?;
+    let keeps = policy.keeps_archived_rows();
     let (claimed, age, bounded) = loop {
         let found = claim_in_gaps(policy, rel, &elig, max_rows, watermark.as_deref())?;
         if found.is_some() || watermark.is_none() {
+            if keeps && watermark.is_none() {
+                look_behind::looked(policy.id, rel.oid, found.is_some());
+            }
             break match found {
                 Some(found) => found,
                 None => return Ok(None),
             };
+        }
+        if keeps && look_behind::recently(policy.id, rel.oid) {
+            return Ok(None);
         }
         watermark = None;
     };
@@ -415,6 +422,47 @@ fn place_window(
             return Ok(Some(window));
         }
         span = span.saturating_mul(4);
+    }
+}
+
+/// How often a claim of a policy that keeps archived rows starts over from the lowest key when
+/// the walk from its watermark finds nothing. Starting over reads every row it archived (each
+/// skipped by its `archived_rows` entry), so this backend does it at most once a minute per
+/// table while it finds nothing: a row that comes of age behind the watermark (or whose hold
+/// is lifted) is claimed within a minute, and an idle archiver does not read the table again
+/// at every pass.
+mod look_behind {
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+    use std::time::{Duration, Instant};
+
+    const EVERY: Duration = Duration::from_secs(60);
+
+    thread_local! {
+        /// (policy, table) → when a claim from the lowest key last found nothing there.
+        static EMPTY: RefCell<HashMap<(i64, u32), Instant>> = RefCell::new(HashMap::new());
+    }
+
+    /// Whether a claim from the lowest key of `table` found nothing for `policy` within the
+    /// last minute.
+    pub fn recently(policy: i64, table: u32) -> bool {
+        EMPTY.with(|e| {
+            e.borrow()
+                .get(&(policy, table))
+                .is_some_and(|at| at.elapsed() < EVERY)
+        })
+    }
+
+    /// Records a claim from the lowest key: whether it found rows.
+    pub fn looked(policy: i64, table: u32, found: bool) {
+        EMPTY.with(|e| {
+            let mut e = e.borrow_mut();
+            if found {
+                e.remove(&(policy, table));
+            } else {
+                e.insert((policy, table), Instant::now());
+            }
+        });
     }
 }
 
