@@ -24,8 +24,23 @@ pub struct Seaweed {
 }
 
 impl Seaweed {
-    /// Starts `weed mini` with every port on a free loopback port and creates `bucket`.
+    /// Starts `weed mini` with every port on a free loopback port and creates `bucket`. A port
+    /// found free can be taken by another process before weed binds it (an outgoing
+    /// connection's local port comes from the same range): weed then exits, and it is started
+    /// again on other ports.
     pub fn start(bucket: &str) -> Seaweed {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match Seaweed::start_once(bucket) {
+                Ok(server) => return server,
+                Err(log) if attempt < 4 && log.contains("address already in use") => continue,
+                Err(log) => panic!("weed mini exited early; log:\n{log}"),
+            }
+        }
+    }
+
+    fn start_once(bucket: &str) -> Result<Seaweed, String> {
         let p = crate::ports::free_ports(16);
         let dir =
             std::env::temp_dir().join(format!("pg-retention-weed-{}-{}", std::process::id(), p[0]));
@@ -64,8 +79,8 @@ impl Seaweed {
             s3_port: p[0],
             bucket: bucket.to_owned(),
         };
-        server.wait_for_bucket();
-        server
+        server.wait_for_bucket()?;
+        Ok(server)
     }
 
     /// Stops the server (the data directory stays).
@@ -81,7 +96,9 @@ impl Seaweed {
             .open(self.dir.join("weed.log"))
             .expect("weed log");
         self.child = spawn_weed(&self.flags, log);
-        self.wait_for_bucket();
+        if let Err(log) = self.wait_for_bucket() {
+            panic!("weed mini exited early; log:\n{log}");
+        }
     }
 
     /// The S3 endpoint URL.
@@ -89,11 +106,12 @@ impl Seaweed {
         format!("http://127.0.0.1:{}", self.s3_port)
     }
 
-    fn wait_for_bucket(&mut self) {
+    /// Waits for the bucket to take writes; the log when weed exited first.
+    fn wait_for_bucket(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("weed mini exited early ({status}); log:\n{}", self.log());
+                return Err(format!("({status})\n{}", self.log()));
             }
             // 409: the bucket exists already (a restart). The bucket answering is not enough:
             // until a volume server has registered, object writes stall, so write a probe.
@@ -106,7 +124,7 @@ impl Seaweed {
                 && http_status(self.s3_port, "PUT", &probe, "ready") == Some(200)
                 && http_status(self.s3_port, "DELETE", &probe, "") == Some(204)
             {
-                return;
+                return Ok(());
             }
             assert!(
                 Instant::now() < deadline,

@@ -168,7 +168,11 @@ fn an_erasure_reaches_the_pages_once_no_older_snapshot_sees_its_rows() {
     c.append_conf(&["pg_retention.enabled = on", "pg_retention.role = 'sweeper'"]);
     c.reload();
     admin.batch_execute("SELECT retention.wake()").unwrap();
-    let waiting = c.wait_until(WAIT, || scrub(&mut su, "public.people").0 == "waiting");
+    // One visit takes the erasures one after the other, each in transactions of its own.
+    let waiting = c.wait_until(WAIT, || {
+        scrub(&mut su, "public.people").0 == "waiting"
+            && scrub(&mut su, "public.contacts").0 == "dropped"
+    });
     assert!(
         waiting,
         "{:?}\n{}",
