@@ -987,7 +987,7 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_lower_floor_wrapper';
 
--- pg_retention/src/archive/namespace.rs:144
+-- pg_retention/src/archive/namespace.rs:143
 -- pg_retention::archive::namespace::_missing_archives
 CREATE OR REPLACE FUNCTION "_missing_archives"() RETURNS bigint /* Option < i64 > */
 STRICT STABLE SECURITY DEFINER

@@ -22,21 +22,64 @@ use std::ffi::CStr;
 /// `public` or in a temporary schema can stand in for a catalog object.
 pub const SAFE_SEARCH_PATH: &CStr = c"pg_catalog, pg_temp";
 
-/// Restores the caller's user, security context and settings, also when an error unwinds.
+/// Restores the caller's user and security context, also when an error unwinds.
 struct Restore {
     user: pg_sys::Oid,
     sec_context: i32,
-    nest_level: i32,
 }
 
 impl Drop for Restore {
     fn drop(&mut self) {
-        // Safety: both calls only reset backend-local state saved by `run_as` in this backend;
-        // AtEOXact_GUC pops exactly the nesting level `run_as` pushed.
+        // Safety: resets backend-local state saved by `run_as` in this backend.
+        unsafe { pg_sys::SetUserIdAndSecContext(self.user, self.sec_context) };
+    }
+}
+
+/// `search_path` set to a path until dropped, in a settings nesting level of its own, as a
+/// function's `SET` clause applies it (fmgr_security_definer). Dropped, the level is popped:
+/// with `keep_local`, what the call set for its transaction (`set_config(.., true)`, such as a
+/// sweep step's `synchronous_commit`) stays, as after a function with a `SET` clause; without,
+/// every setting made inside goes with it.
+pub struct PinnedPath {
+    nest_level: i32,
+    keep_local: bool,
+}
+
+impl PinnedPath {
+    /// Sets `path` (a setting's text) for `search_path` until the value is dropped.
+    pub fn new(path: &CStr, keep_local: bool) -> PinnedPath {
+        // Safety: what fmgr_security_definer does for a function's `SET search_path`; `Drop`
+        // pops exactly this nesting level.
         unsafe {
-            pg_sys::AtEOXact_GUC(false, self.nest_level);
-            pg_sys::SetUserIdAndSecContext(self.user, self.sec_context);
+            let nest_level = pg_sys::NewGUCNestLevel();
+            pg_sys::set_config_option(
+                c"search_path".as_ptr(),
+                path.as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+            PinnedPath {
+                nest_level,
+                keep_local,
+            }
         }
+    }
+}
+
+impl Drop for PinnedPath {
+    fn drop(&mut self) {
+        // Safety: pops the nesting level `new` pushed. While an error unwinds nothing is kept
+        // (its (sub)transaction is rolled back anyway).
+        unsafe {
+            pg_sys::AtEOXact_GUC(
+                self.keep_local && !std::thread::panicking(),
+                self.nest_level,
+            )
+        };
     }
 }
 
@@ -72,24 +115,10 @@ pub fn run_as_searching<T>(
             pg_sys::Oid::from(role),
             sec_context | pg_sys::SECURITY_RESTRICTED_OPERATION as i32,
         );
-        let nest_level = pg_sys::NewGUCNestLevel();
-        let restore = Restore {
-            user,
-            sec_context,
-            nest_level,
-        };
-        pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            path.as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
-        restore
+        Restore { user, sec_context }
     };
+    // Declared after `_restore`, so dropped before it: the settings go, then the user.
+    let _path = PinnedPath::new(&path, false);
     f()
 }
 

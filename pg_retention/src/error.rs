@@ -373,12 +373,6 @@ impl RetentionError {
             RetentionError::Internal(_) | RetentionError::Raised { .. } => None,
         }
     }
-
-    /// Raises this error as a Postgres ERROR with its own SQLSTATE (ours, of class RT, too),
-    /// message, detail and hint. Does not return.
-    pub fn report(self) -> ! {
-        raise(self)
-    }
 }
 
 /// The packed form of a five-character SQLSTATE (PostgreSQL's `MAKE_SQLSTATE`).
@@ -458,7 +452,7 @@ impl<T> OrReport<T> for Result<T> {
     fn or_report(self) -> T {
         match self {
             Ok(v) => v,
-            Err(e) => e.report(),
+            Err(e) => raise(e),
         }
     }
 }

@@ -118,11 +118,10 @@ fn eligible_sql(spec: &PolicySpec) -> Option<String> {
     ))
 }
 
-fn fixpoint_eligible(policy_id: i64, relation: u32, row: pgrx::AnyElement) -> Result<bool> {
-    let Some(policy) = Policy::by_id(policy_id)? else {
-        // The policy was dropped and its guard with it; a trigger left behind guards nothing.
-        return Ok(false);
-    };
+/// Whether `row` of `fired`'s table (the guard's: the policy's table or a partition of it) is
+/// archive-eligible under `policy`, evaluated as the policy's owner.
+fn fixpoint_eligible(policy: &Policy, fired: &Fired, row: pgrx::AnyElement) -> Result<bool> {
+    let relation = fired.relation;
     // A partition's copy of the guard fires with the partition's oid.
     let governed = policy.relation == relation
         || crate::catalog::optional_one::<bool, _>(
@@ -136,13 +135,12 @@ fn fixpoint_eligible(policy_id: i64, relation: u32, row: pgrx::AnyElement) -> Re
             "Fixpoint guards are installed by retention.add_policy; do not create them by hand.",
         ));
     }
-    let rowtype = RelationInfo::row_type(relation, &policy.relation_name)?;
-    let Some(eligible) = eligible_sql(&policy) else {
+    let Some(eligible) = eligible_sql(policy) else {
         return Err(RetentionError::Internal(
             "archive policy without terminal, age_column or older_than".into(),
         ));
     };
-    crate::author::row_matches(policy.owner, &eligible, rowtype, row)
+    crate::author::row_matches(policy.owner, &eligible, fired.rowtype, row)
 }
 
 /// Whether an update changes no column of the row but the policy's `mutable_columns`: the
@@ -194,13 +192,13 @@ fn fixpoint_refusal(fired: &Fired) -> Result<Option<RetentionError>> {
             "Fixpoint guards are installed by retention.add_policy; do not create them by hand.",
         ));
     };
-    if !fixpoint_eligible(policy_id, fired.relation, old)? {
-        return Ok(None);
-    }
     let Some(policy) = Policy::by_id(policy_id)? else {
+        // The policy was dropped and its guard with it; a trigger left behind guards nothing.
         return Ok(None);
     };
-    if only_mutable_changed(&policy, fired.rowtype, old, new)? {
+    if !fixpoint_eligible(&policy, fired, old)?
+        || only_mutable_changed(&policy, fired.rowtype, old, new)?
+    {
         return Ok(None);
     }
     Ok(Some(RetentionError::ArchivedRowChange {

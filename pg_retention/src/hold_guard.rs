@@ -56,13 +56,12 @@ struct Enforced {
     placer: u32,
 }
 
-/// What one statement read of a table: its enforced holds, and (when it has any) its row type.
+/// What one statement read of a table: its enforced holds.
 #[derive(Debug, Clone)]
 struct Seen {
     at: Statement,
     relation: u32,
     holds: Vec<Enforced>,
-    rowtype: Option<u32>,
 }
 
 /// Which statement of which transaction a trigger fires in: holds are read once per statement.
@@ -87,8 +86,7 @@ impl Statement {
 }
 
 /// The active enforced holds whose rows include rows of table `relation` (its own, and those
-/// of the partitioned tables above it), with the table's row type when there are any; read
-/// once per statement, not per row.
+/// of the partitioned tables above it); read once per statement, not per row.
 fn enforced_on(relation: u32) -> Result<Seen> {
     let now = Statement::now();
     let cached = SEEN.with(|s| {
@@ -112,38 +110,25 @@ fn enforced_on(relation: u32) -> Result<Seen> {
         &[i64::from(relation).into()],
     )?
     .unwrap_or_default();
-    let rowtype = if holds.is_empty() {
-        None
-    } else {
-        Some(RelationInfo::row_type(
-            relation,
-            &format!("oid {relation}"),
-        )?)
-    };
     let seen = Seen {
         at: now,
         relation,
         holds,
-        rowtype,
     };
     SEEN.with(|s| *s.borrow_mut() = Some(seen.clone()));
     Ok(seen)
 }
 
-/// The hold (id, actor, reason) that refuses a change of `row` of table `relation`; None when
-/// none does, or an erasure is deleting.
-fn refusing(relation: u32, row: pgrx::AnyElement) -> Result<Option<Enforced>> {
+/// The hold (id, actor, reason) that refuses a change of `row` of the table `fired` is on
+/// (of its row type); None when none does, or an erasure is deleting.
+fn refusing(fired: &Fired, row: pgrx::AnyElement) -> Result<Option<Enforced>> {
     if ERASING.with(Cell::get) {
         return Ok(None);
     }
-    let Seen { holds, rowtype, .. } = enforced_on(relation)?;
-    let Some(rowtype) = rowtype else {
-        return Ok(None);
-    };
-    for hold in holds {
+    for hold in enforced_on(fired.relation)?.holds {
         // A partition's columns are its parent's, by name: a hold placed on the parent is
         // evaluated over the partition's row.
-        if crate::author::row_matches(hold.placer, &hold.predicate, rowtype, row)? {
+        if crate::author::row_matches(hold.placer, &hold.predicate, fired.rowtype, row)? {
             return Ok(Some(hold));
         }
     }
@@ -155,7 +140,7 @@ fn row_refusal(fired: &Fired) -> Result<Option<RetentionError>> {
     let Some(old) = fired.old_row() else {
         return Ok(None);
     };
-    let Some(hold) = refusing(fired.relation, old)? else {
+    let Some(hold) = refusing(fired, old)? else {
         return Ok(None);
     };
     Ok(Some(RetentionError::EnforcedHold {

@@ -80,46 +80,9 @@ pub fn entry<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
 /// SQL entry points does (the worker's role's own setting is not the extension's).
 pub fn direct_entry<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     entry(|| {
-        let _pinned = PinnedPath::new();
+        let _pinned = crate::author::PinnedPath::new(crate::author::SAFE_SEARCH_PATH, true);
         f()
     })
-}
-
-/// `search_path = pg_catalog, pg_temp` until it is dropped, as a function's `SET` clause
-/// applies it: settings the call made with `set_config(.., true)` (`synchronous_commit` for a
-/// step) stay for the rest of the transaction, and the path is restored.
-struct PinnedPath {
-    nest_level: i32,
-}
-
-impl PinnedPath {
-    fn new() -> Self {
-        // Safety: what fmgr_security_definer does for a function's `SET search_path`; `Drop`
-        // pops exactly this nesting level.
-        unsafe {
-            let nest_level = pg_sys::NewGUCNestLevel();
-            pg_sys::set_config_option(
-                c"search_path".as_ptr(),
-                crate::author::SAFE_SEARCH_PATH.as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-                pg_sys::GucAction::GUC_ACTION_SAVE,
-                true,
-                0,
-                false,
-            );
-            PinnedPath { nest_level }
-        }
-    }
-}
-
-impl Drop for PinnedPath {
-    fn drop(&mut self) {
-        // Safety: pops the nesting level `new` pushed, keeping what was set for the
-        // transaction (isCommit), as fmgr_security_definer does on its way out; while an
-        // error unwinds, dropping it (its (sub)transaction is rolled back anyway).
-        unsafe { pg_sys::AtEOXact_GUC(!std::thread::panicking(), self.nest_level) };
-    }
 }
 
 /// The caller of the innermost running entry point (see [`entry`]); outside one (the

@@ -82,14 +82,12 @@ fn measure(policy_id: i64) -> Result<Option<Measured>> {
     })?;
     let eligible_rows = if policy.action.archives() {
         let now = Eligibility::new(&policy, &rel, &holds)?;
-        let mut condition = now.age_predicate(Guards::ALL);
-        if policy.keeps_archived_rows() {
-            // The backlog is what is left to archive: a row archived and kept is not.
-            condition = format!(
-                "{condition} AND {}",
-                crate::catalog::archived_rows::not_archived(policy.id, &rel)
-            );
-        }
+        // The backlog is what is left to archive: a row archived and kept is not.
+        let condition = crate::catalog::archived_rows::still_to_archive(
+            &policy,
+            &rel,
+            now.age_predicate(Guards::ALL),
+        );
         now.as_owner(|| {
             Ok(Spi::get_one::<i64>(&format!(
                 "SELECT count(*) FROM (SELECT 1 FROM {table} t WHERE {condition} LIMIT {BACKLOG_CAP}) x"

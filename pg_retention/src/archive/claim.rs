@@ -348,14 +348,12 @@ fn claim_keys(
             None => Ok("true".into()),
         }
     };
-    let mut eligible = elig.age_predicate(Guards::ALL);
-    if policy.keeps_archived_rows() {
-        // A row archived and kept is not archived again.
-        eligible = format!(
-            "{eligible} AND {}",
-            crate::catalog::archived_rows::not_archived(policy.id, rel)
-        );
-    }
+    // A row archived and kept is not archived again.
+    let eligible = crate::catalog::archived_rows::still_to_archive(
+        policy,
+        rel,
+        elig.age_predicate(Guards::ALL),
+    );
     let after_key = after;
     let after = bound(">", after)?;
     let mut before = bound("<", before)?;

@@ -17,7 +17,7 @@ use super::owner_may_archive;
 use super::verify::{kept_versions, matched, same_storage};
 use crate::catalog::archived_rows;
 use crate::catalog::{
-    caller, Action, Batch, BatchState, ClaimedRows, LedgerEntry, LedgerMethod, Policy, RelationInfo,
+    caller, Batch, BatchState, ClaimedRows, LedgerEntry, LedgerMethod, Policy, RelationInfo,
 };
 use crate::error::{Result, RetentionError};
 use serde_json::json;
@@ -34,13 +34,10 @@ pub fn prune_archived(name: &str, max_batches: i32) -> Result<i64> {
             "Pass max_batches => 100 or so.",
         ));
     }
-    let window = match (&policy.action, &policy.delete_after) {
-        (Action::ArchiveThenDelete, Some(window)) if policy.enabled => window.clone(),
-        _ => return Ok(0),
+    let Some(later) = policy.second_window().filter(|_| policy.enabled) else {
+        return Ok(0);
     };
-    // The same eligibility as the first window's, with delete_after as the window.
-    let mut later = policy.clone();
-    later.spec.older_than = Some(window.clone());
+    let window = crate::error::present(later.older_than.clone(), "the second window")?;
     let mut deleted = 0;
     for id in Batch::archived_due(policy.id, &window, max_batches)? {
         deleted += crate::subxact::atomically(|| delete_due(&policy, &later, &id))?;
@@ -113,26 +110,16 @@ fn delete_due(policy: &Policy, later: &Policy, id: &str) -> Result<i64> {
         None => Vec::new(),
     };
     let deleted = deleted_at.iter().filter(|d| **d).count();
-    // Back to the batch's positions: waiting = unchanged and not deleted.
-    let mut waiting = vec![false; claimed.places.len()];
-    let mut gone_or_changed = vec![false; claimed.places.len()];
-    let mut c = 0;
-    for i in 0..claimed.places.len() {
-        if unchanged[i] {
-            let was_deleted = deleted_at.get(c).copied().unwrap_or(false);
-            waiting[i] = !was_deleted;
-            gone_or_changed[i] = was_deleted;
-            c += 1;
-        } else {
-            gone_or_changed[i] = true;
-        }
-    }
-    let changed = claimed.places.len() - deleted - waiting.iter().filter(|w| **w).count();
-    archived_rows::forget(
-        policy.id,
-        &subset(&claimed, &gone_or_changed, arity).keys,
-        arity,
-    )?;
+    // Back to the batch's positions: a row waits when it is unchanged and was not deleted
+    // (the candidates are the unchanged rows, in order); every other row leaves the batch.
+    let mut deleted_in_order = deleted_at.iter();
+    let waiting: Vec<bool> = unchanged
+        .iter()
+        .map(|&u| u && !deleted_in_order.next().copied().unwrap_or(false))
+        .collect();
+    let changed = unchanged.iter().filter(|u| !**u).count();
+    let leaving: Vec<bool> = waiting.iter().map(|w| !w).collect();
+    archived_rows::forget(policy.id, &subset(&claimed, &leaving, arity).keys, arity)?;
     let left = subset(&claimed, &waiting, arity);
     let archive_id = Batch::archive_of(&b.id)?;
     let actor = caller();

@@ -115,12 +115,11 @@ fn record_archive_verification(checked: i64, missing: i64, failed: i64, unrefere
         .any(|n| *n < 0)
         || missing.checked_add(failed).is_none_or(|sum| sum > checked)
     {
-        RetentionError::invalid(
+        crate::error::raise(RetentionError::invalid(
             "a verification result must count archives: none negative, missing + failed <= checked",
             format!("checked {checked}, missing {missing}, failed {failed}, unreferenced {unreferenced}"),
             "Pass the counts of one verify --all.",
-        )
-        .report()
+        ))
     }
     let recorded = ensure_recorded().and_then(|()| {
         Spi::run_with_args(

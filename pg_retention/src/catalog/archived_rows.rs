@@ -70,6 +70,16 @@ pub fn not_archived(policy_id: i64, rel: &RelationInfo) -> String {
     )
 }
 
+/// `condition` over row `t` of `rel`, and, for a policy that keeps archived rows, that it has not
+/// archived it yet: what a claim takes, and what is left to archive.
+pub fn still_to_archive(policy: &Policy, rel: &RelationInfo, condition: String) -> String {
+    if policy.keeps_archived_rows() {
+        format!("{condition} AND {}", not_archived(policy.id, rel))
+    } else {
+        condition
+    }
+}
+
 /// Gives the entries of `policy_id` to its new owner (whose claims read them from now on).
 pub fn reown(policy_id: i64, owner: u32) -> Result<()> {
     Spi::run_with_args(

@@ -139,18 +139,6 @@ impl RelationInfo {
         )
     }
 
-    /// The row type of the table with oid `oid` alone, for a check that runs for every row
-    /// (describing the whole table there would cost a catalog query of columns and keys each
-    /// time), or says the table no longer exists.
-    pub fn row_type(oid: u32, name_for_errors: &str) -> Result<u32> {
-        crate::catalog::optional_one::<i64, _>(
-            "SELECT c.reltype::bigint FROM pg_catalog.pg_class c WHERE c.oid = $1::bigint::oid",
-            &[i64::from(oid).into()],
-        )?
-        .map(|t| t as u32)
-        .ok_or_else(|| gone(oid, name_for_errors))
-    }
-
     /// Refuses (42501) a table of pg_retention's own catalog: its records are the product's
     /// evidence, never governed, held or erased through it.
     pub fn ensure_not_catalog(&self) -> Result<()> {

@@ -188,11 +188,9 @@ fn kept_counts(
         elig.as_owner(|| present(Spi::get_one::<i64>(&sql)?, "a kept-row count"))
     };
     let to_archive = count(elig, &not_archived)?;
-    let Some(after) = policy.delete_after.clone() else {
+    let Some(later) = policy.second_window() else {
         return Ok((to_archive, 0));
     };
-    let mut later = policy.clone();
-    later.spec.older_than = Some(after);
     let due = count(
         &Eligibility::new(&later, rel, holds)?,
         &format!("NOT {not_archived}"),

@@ -142,6 +142,21 @@ impl PolicySpec {
     }
 }
 
+impl Policy {
+    /// A two-window policy as the delete after its `delete_after` sees its rows: the same
+    /// policy, with `delete_after` as its window (one eligibility for both windows). None for
+    /// any other policy.
+    pub fn second_window(&self) -> Option<Policy> {
+        let after = self
+            .delete_after
+            .clone()
+            .filter(|_| self.action == Action::ArchiveThenDelete)?;
+        let mut later = self.clone();
+        later.spec.older_than = Some(after);
+        Some(later)
+    }
+}
+
 impl std::ops::Deref for Policy {
     type Target = PolicySpec;
     fn deref(&self) -> &PolicySpec {
