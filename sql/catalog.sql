@@ -29,7 +29,7 @@ $roles$;
 REVOKE ALL ON SCHEMA retention FROM PUBLIC;
 GRANT USAGE ON SCHEMA retention TO retention_admin, retention_archiver, retention_consumer, retention_eraser,
     retention_worker;
--- Monitoring roles call retention.metrics() (granted in api.sql), and nothing else here.
+-- Monitoring roles call retention.metrics() (granted in sql/api/grants.sql), and nothing else here.
 GRANT USAGE ON SCHEMA retention TO pg_monitor;
 
 -- A policy's identity. Its definition lives in policy_versions; the newest version is current.

@@ -207,7 +207,7 @@ fn fixpoint_refusal(fired: &Fired) -> Result<Option<RetentionError>> {
     }))
 }
 
-/// `retention._fixpoint_guard()` (declared in sql/api.sql, SECURITY DEFINER): the BEFORE UPDATE
+/// `retention._fixpoint_guard()` (declared in sql/api/guards.sql, SECURITY DEFINER): the BEFORE UPDATE
 /// row trigger of an archive policy's table, its arguments the policy's id and name. Refuses
 /// (RT501) an update of a row that is archive-eligible, but for its `mutable_columns`.
 #[pg_guard]

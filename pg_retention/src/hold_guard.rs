@@ -5,7 +5,7 @@
 //! UPDATE OR DELETE row trigger, and `pg_retention_hold_truncate`, a BEFORE TRUNCATE statement
 //! trigger; on a partitioned table the row trigger reaches every partition); lifting its last
 //! one removes them. The triggers' functions are `retention._hold_enforce` and
-//! `retention._hold_enforce_truncate` (sql/api.sql); each hold's predicate runs as the role that
+//! `retention._hold_enforce_truncate` (sql/api/guards.sql); each hold's predicate runs as the role that
 //! placed it.
 
 use crate::catalog::{query_json, RelationInfo};
@@ -171,7 +171,7 @@ fn truncate_refusal(fired: &Fired) -> Result<Option<RetentionError>> {
     }))
 }
 
-/// `retention._hold_enforce()` (sql/api.sql, SECURITY DEFINER): the BEFORE UPDATE OR DELETE
+/// `retention._hold_enforce()` (sql/api/guards.sql, SECURITY DEFINER): the BEFORE UPDATE OR DELETE
 /// row trigger of a table with enforced holds.
 #[pg_guard]
 #[unsafe(no_mangle)]
@@ -184,7 +184,7 @@ pub extern "C-unwind" fn pg_retention_hold_enforce(
     crate::trigger_call::answer(fired, refusal)
 }
 
-/// `retention._hold_enforce_truncate()` (sql/api.sql, SECURITY DEFINER): the BEFORE TRUNCATE
+/// `retention._hold_enforce_truncate()` (sql/api/guards.sql, SECURITY DEFINER): the BEFORE TRUNCATE
 /// statement trigger of a table with enforced holds.
 #[pg_guard]
 #[unsafe(no_mangle)]

@@ -1,5 +1,5 @@
 //! The archive protocol as SQL functions, for the `retention_archiver` role. The public names
-//! are SQL wrappers in sql/api.sql that pin the output settings (so rows render to the same
+//! are SQL wrappers in sql/api/archive.sql that pin the output settings (so rows render to the same
 //! bytes in every session); errors are raised here, with their own SQLSTATEs.
 
 use crate::archive::{claim, handover, lease, prune, slice};

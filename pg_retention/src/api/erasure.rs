@@ -1,5 +1,5 @@
 //! Erasure (`retention.erase`, `erase_in_batches`) and the archive supersession steps the
-//! archiver calls (`retention.supersession_*`); the SQL wrappers are in `sql/api.sql`.
+//! archiver calls (`retention.supersession_*`); the SQL wrappers are in `sql/api/erasure.sql`.
 
 use crate::archive::supersede;
 use crate::catalog::supersession::Rewrite;

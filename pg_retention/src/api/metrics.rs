@@ -456,7 +456,7 @@ fn text(value: &str) -> pg_sys::Datum {
     }
 }
 
-/// The calling convention record of `retention.metrics()` (declared in sql/api.sql).
+/// The calling convention record of `retention.metrics()` (declared in sql/api/observability.sql).
 static FINFO: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
 
 /// Calling convention of `retention.metrics()`.
@@ -475,7 +475,7 @@ pub extern "C" fn pg_finfo_retention_metrics() -> &'static pg_sys::Pg_finfo_reco
 pub extern "C-unwind" fn retention_metrics(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     crate::identity::refuse_restricted().or_report();
     let samples = samples().or_report();
-    // Safety: called by the executor as a set-returning function of five columns (api.sql):
+    // Safety: called by the executor as a set-returning function of five columns (sql/api/observability.sql):
     // InitMaterializedSRF checks that materialize mode is allowed and sets up the tuple store
     // and its descriptor, which tuplestore_putvalues copies each row into.
     unsafe {

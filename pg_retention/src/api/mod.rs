@@ -1,5 +1,5 @@
 //! The SQL surface of the extension implemented in Rust. The public names (`add_policy`,
-//! `run`, ...) are thin SQL wrappers in `sql/api.sql`; the `_`-prefixed functions here do the
+//! `run`, ...) are thin SQL wrappers in `sql/api/`; the `_`-prefixed functions here do the
 //! work, run as the extension owner (SECURITY DEFINER, pinned search_path) and are executable
 //! only by the roles that need them.
 

@@ -1,6 +1,6 @@
 //! Pull consumers registered on a policy (`retention.consumer_registrations`): their epoch, the
 //! position each has reported and the lease that makes it pin. The statements that delete read
-//! the pins through `retention._consumer_pins` and `retention._consumer_positions` (sql/api.sql).
+//! the pins through `retention._consumer_pins` and `retention._consumer_positions` (sql/api/consumers.sql).
 
 use crate::catalog::query_json;
 use crate::error::{present, Result};

@@ -8,7 +8,7 @@
 //! scrapes (`gauges.rs`).
 //! `tree.rs` reads a table's partition tree without locks (`retention._below`, `_tree_of`).
 //! `relation.rs` describes governed tables from the system catalogs. The worker's state
-//! (`worker_state.rs`) is written through the worker's SQL functions in `sql/api.sql`.
+//! (`worker_state.rs`) is written through the worker's SQL functions in `sql/api/runs.sql`.
 
 pub mod archived_rows;
 pub mod batch;

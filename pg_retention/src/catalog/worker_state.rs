@@ -1,6 +1,6 @@
 //! `retention.worker_state`: one row per database, about the worker visits to it, read by
 //! `retention.workers` and `retention.health()`. The table is written only through the
-//! worker's SQL functions (`sql/api.sql`: `_worker_visit`, `_worker_set`, `_worker_pause`,
+//! worker's SQL functions (`sql/api/runs.sql`: `_worker_visit`, `_worker_set`, `_worker_pause`,
 //! `_worker_visit_end`) and `retention.wake()`; these are their Rust callers. Each runs in the
 //! worker's own transaction.
 
