@@ -88,6 +88,56 @@ impl Cluster {
         Cluster { dir, port }
     }
 
+    /// A streaming replica like [`Cluster::standby`] with extra `postgresql.conf` lines (e.g.
+    /// pg_retention preloaded, so that its worker runs once the replica is promoted).
+    pub fn standby_with(&self, settings: &[&str]) -> Cluster {
+        let (dir, port) = fresh("standby");
+        let conf: Vec<String> = settings.iter().map(|s| (*s).to_owned()).collect();
+        crate::succeed(&mut fixture(
+            &[
+                "standby",
+                &self.dir.to_string_lossy(),
+                &self.port.to_string(),
+                &dir.to_string_lossy(),
+                &port.to_string(),
+            ],
+            &conf,
+        ));
+        Cluster { dir, port }
+    }
+
+    /// Stops the server as a crash would (`pg_ctl stop -m immediate`: no checkpoint, recovery
+    /// at the next start). The directory stays.
+    pub fn crash(&self) {
+        crate::succeed(&mut fixture(
+            &["stop", &self.dir.to_string_lossy(), "immediate"],
+            &[],
+        ));
+    }
+
+    /// Starts the stopped server again on its data directory and port.
+    pub fn start_again(&self) {
+        let data = self.dir.join("data");
+        crate::succeed(
+            crate::as_postgres(Self::program("pg_ctl"))
+                .arg("-D")
+                .arg(&data)
+                .arg("-l")
+                .arg(self.log_path())
+                .args(["-w", "-t", "120", "start"]),
+        );
+    }
+
+    /// Promotes this streaming replica to a primary and waits until it takes writes.
+    pub fn promote(&self) {
+        crate::succeed(
+            crate::as_postgres(Self::program("pg_ctl"))
+                .arg("-D")
+                .arg(self.dir.join("data"))
+                .args(["-w", "-t", "120", "promote"]),
+        );
+    }
+
     /// Connection string for a database of this cluster (TCP on loopback, superuser `postgres`).
     pub fn url(&self, db: &str) -> String {
         format!(

@@ -1,0 +1,646 @@
+//! The invariant checker: once the run is quiet, proves from the database, the store (every
+//! live archive restored) and the shadow of what the writers did that
+//!
+//! 1. no held row was deleted, but by an erasure, and no enforced hold let the application
+//!    change or delete a row it covered;
+//! 2. every archive-class row that left was archived (is in a live slice), once unless a hold
+//!    kept it after an earlier archive, or was erased;
+//! 3. no erased row is in the tables or in any restorable slice;
+//! 4. the ledger's counts equal the rows that left, per table and method (the swept table's
+//!    keys exactly, from `record_keys`);
+//! 5. no row was deleted before it was eligible under the policy version that deleted it;
+//! 6. restoring every live archive gives exactly its rows, each the version the writers wrote;
+//! 7. no row at or past a live consumer's reported position was swept;
+//! 8. a window below a policy's floor was never accepted.
+//!
+//! Times are compared with a margin (`MARGIN_US`): a hold counts as in force for a delete only
+//! when it was committed that long before the delete's ledger entry and its lift sent that long
+//! after, which keeps statement snapshots and clock reads on the safe side.
+
+use crate::world::{Outcome, RowShadow, Table, World};
+use pg_retention_integration::archiver::Archiver;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Slack between the driver's clock reads and a deleting statement's snapshot.
+pub const MARGIN_US: i64 = 2_000_000;
+
+/// One broken invariant.
+pub struct Violation {
+    /// Which invariant.
+    pub invariant: &'static str,
+    /// What was seen.
+    pub text: String,
+    /// The row concerned, if one.
+    pub row: Option<(Table, i64)>,
+    /// The subject concerned, if one.
+    pub subject: Option<i32>,
+    /// When (wall clock µs) the offending action happened, if known.
+    pub at_us: Option<i64>,
+}
+
+/// A row as read back from a table or a restored slice.
+#[derive(Clone, Debug)]
+struct Seen {
+    id: i64,
+    subject: i32,
+    created_us: i64,
+    version: i32,
+    open: bool,
+    consistent: bool,
+}
+
+/// What the checker found and counted.
+#[derive(Default)]
+pub struct Report {
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+    /// Checks made, by invariant.
+    pub checks: BTreeMap<&'static str, u64>,
+    /// Figures: rows deleted by sweep, archived, erased, ...
+    pub figures: BTreeMap<&'static str, i64>,
+}
+
+impl Report {
+    fn check(&mut self, invariant: &'static str, ok: bool, v: impl FnOnce() -> Violation) {
+        *self.checks.entry(invariant).or_default() += 1;
+        if !ok {
+            let mut v = v();
+            v.invariant = invariant;
+            self.violations.push(v);
+        }
+    }
+}
+
+fn violation(text: String) -> Violation {
+    Violation {
+        invariant: "",
+        text,
+        row: None,
+        subject: None,
+        at_us: None,
+    }
+}
+
+const ROW_SQL: &str =
+    "SELECT id, subject, (extract(epoch FROM created_at) * 1000000)::bigint, version";
+
+fn read_rows(
+    db: &mut postgres::Client,
+    table: Table,
+    from: &str,
+) -> Result<Vec<Seen>, postgres::Error> {
+    let (open, consistent) = match table {
+        Table::Events => ("false", "note = chaos_note(id, version)"),
+        Table::Audit => (
+            "state = 'open'",
+            "amount = chaos_amount(id, version) AND body = chaos_body(id, version)
+             AND (version = 0 OR state = 'closed')",
+        ),
+    };
+    let rows = db.query(
+        &format!("{ROW_SQL}, {open}, coalesce({consistent}, false) FROM {from}"),
+        &[],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| Seen {
+            id: r.get(0),
+            subject: r.get(1),
+            created_us: r.get(2),
+            version: r.get(3),
+            open: r.get(4),
+            consistent: r.get(5),
+        })
+        .collect())
+}
+
+/// Checks a row read back against what the writers wrote.
+fn matches_shadow(seen: &Seen, row: Option<&RowShadow>, final_version: bool) -> bool {
+    let Some(row) = row else { return false };
+    let version_ok = if final_version {
+        row.possible_versions().contains(&seen.version)
+    } else {
+        row.any_version(seen.version)
+    };
+    seen.consistent
+        && seen.subject == row.subject
+        && seen.created_us == row.created_us
+        && version_ok
+        && (seen.version > 0 || seen.open == row.initially_open)
+}
+
+/// Runs every check. `restorer` restores into `public` of the primary.
+pub fn check(
+    world: &World,
+    db: &mut postgres::Client,
+    restorer: &Archiver,
+) -> Result<Report, String> {
+    let mut report = Report::default();
+    let e = |e: postgres::Error| e.to_string();
+    let shadow = world.shadow.lock().map_err(|_| "shadow poisoned")?.clone();
+    let holds = world.holds.lock().map_err(|_| "holds poisoned")?.clone();
+    let consumers = world
+        .consumers
+        .lock()
+        .map_err(|_| "consumers poisoned")?
+        .clone();
+    let erasures = world
+        .erasures
+        .lock()
+        .map_err(|_| "erasures poisoned")?
+        .clone();
+
+    // Windows by (policy, version), in µs.
+    let mut window: HashMap<(String, i32), i64> = HashMap::new();
+    for r in db
+        .query(
+            "SELECT name, version, (extract(epoch FROM older_than) * 1000000)::bigint
+               FROM retention.policy_history WHERE older_than IS NOT NULL",
+            &[],
+        )
+        .map_err(e)?
+    {
+        window.insert((r.get(0), r.get(1)), r.get(2));
+    }
+
+    // The ledger.
+    struct Entry {
+        at_us: i64,
+        method: String,
+        policy: Option<String>,
+        version: Option<i32>,
+        relation: String,
+        rows_deleted: i64,
+        keys: Vec<i64>,
+        archive_id: Option<i64>,
+    }
+    let mut ledger = Vec::new();
+    for r in db
+        .query(
+            "SELECT (extract(epoch FROM at) * 1000000)::bigint, method, policy, policy_version,
+                    coalesce(regexp_replace(relation, '^public\\.', ''), ''), rows_deleted,
+                    coalesce(ARRAY(SELECT (k->>0)::bigint FROM jsonb_array_elements(detail->'keys') k),
+                             '{}'),
+                    archive_id
+               FROM retention.ledger ORDER BY id",
+            &[],
+        )
+        .map_err(e)?
+    {
+        ledger.push(Entry {
+            at_us: r.get(0),
+            method: r.get(1),
+            policy: r.get(2),
+            version: r.get(3),
+            relation: r.get(4),
+            rows_deleted: r.get(5),
+            keys: r.get(6),
+            archive_id: r.get(7),
+        });
+    }
+
+    let held_at = |table: Table, subject: i32, at: i64| -> Option<i64> {
+        holds
+            .iter()
+            .find(|h| {
+                h.table == table
+                    && h.subject == subject
+                    && h.placed_us + MARGIN_US < at
+                    && h.lift_sent_us.is_none_or(|l| l > at + MARGIN_US)
+            })
+            .map(|h| h.id)
+    };
+    let erased_at = |subject: i32| erasures.get(&subject).copied();
+
+    // Live rows.
+    let mut live: HashMap<(Table, i64), Seen> = HashMap::new();
+    for table in Table::ALL {
+        for s in read_rows(db, table, table.name()).map_err(e)? {
+            live.insert((table, s.id), s);
+        }
+    }
+    report.figures.insert("rows_live", live.len() as i64);
+    for ((table, id), seen) in &live {
+        let row = shadow.get(&(*table, *id));
+        report.check("6 rows as written", matches_shadow(seen, row, true), || {
+            Violation {
+                row: Some((*table, *id)),
+                ..violation(format!(
+                    "live row {} {id} is not what the writers wrote: {seen:?}",
+                    table.name()
+                ))
+            }
+        });
+        if let Some(t) = erased_at(seen.subject) {
+            report.check("3 erased rows gone", false, || Violation {
+                row: Some((*table, *id)),
+                subject: Some(seen.subject),
+                at_us: Some(t),
+                ..violation(format!(
+                    "{} {id} of erased subject {} is still in the table",
+                    table.name(),
+                    seen.subject
+                ))
+            });
+        }
+    }
+
+    // The swept table: every key the ledger says went.
+    let mut swept: HashMap<i64, (i64, String, Option<i32>)> = HashMap::new();
+    for entry in ledger
+        .iter()
+        .filter(|l| l.relation == "events" && l.method == "prune")
+    {
+        report.check(
+            "4 ledger equals rows that left",
+            entry.keys.len() as i64 == entry.rows_deleted,
+            || {
+                violation(format!(
+                    "prune entry at {} counts {} rows but lists {} keys",
+                    entry.at_us,
+                    entry.rows_deleted,
+                    entry.keys.len()
+                ))
+            },
+        );
+        for id in &entry.keys {
+            let again = swept.insert(
+                *id,
+                (
+                    entry.at_us,
+                    entry.policy.clone().unwrap_or_default(),
+                    entry.version,
+                ),
+            );
+            report.check("4 ledger equals rows that left", again.is_none(), || {
+                Violation {
+                    row: Some((Table::Events, *id)),
+                    at_us: Some(entry.at_us),
+                    ..violation(format!("events {id} is ledgered as deleted twice"))
+                }
+            });
+        }
+    }
+    report
+        .figures
+        .insert("events_rows_swept", swept.len() as i64);
+    for (id, (at, policy, version)) in &swept {
+        let row = shadow.get(&(Table::Events, *id));
+        let Some(row) = row else {
+            report.check("4 ledger equals rows that left", false, || Violation {
+                row: Some((Table::Events, *id)),
+                ..violation(format!("ledger deleted events {id}, which no writer wrote"))
+            });
+            continue;
+        };
+        report.check(
+            "4 ledger equals rows that left",
+            !live.contains_key(&(Table::Events, *id)),
+            || Violation {
+                row: Some((Table::Events, *id)),
+                at_us: Some(*at),
+                ..violation(format!(
+                    "events {id} is ledgered as deleted but is still there"
+                ))
+            },
+        );
+        if let Some(hold) = held_at(Table::Events, row.subject, *at) {
+            report.check("1 held rows stay", false, || Violation {
+                row: Some((Table::Events, *id)),
+                subject: Some(row.subject),
+                at_us: Some(*at),
+                ..violation(format!(
+                    "events {id} was swept while hold {hold} covered it"
+                ))
+            });
+        } else {
+            report.check("1 held rows stay", true, || violation(String::new()));
+        }
+        if let Some(w) = version.and_then(|v| window.get(&(policy.clone(), v))) {
+            report.check(
+                "5 nothing deleted before eligible",
+                row.created_us < at - w,
+                || Violation {
+                    row: Some((Table::Events, *id)),
+                    at_us: Some(*at),
+                    ..violation(format!(
+                        "events {id} swept at age {:.2}s under a window of {:.0}s",
+                        (at - row.created_us) as f64 / 1e6,
+                        *w as f64 / 1e6
+                    ))
+                },
+            );
+        }
+        check_consumers(&mut report, &consumers, *id, *at);
+    }
+
+    // Restore every live archive.
+    let archives = db
+        .query(
+            "SELECT a.id, a.object_key, a.rows, a.deleted, a.policy_version, a.policy
+               FROM retention.archives a WHERE a.expired_at IS NULL ORDER BY a.id",
+            &[],
+        )
+        .map_err(e)?;
+    let mut in_slices: HashMap<i64, Vec<(i64, Seen)>> = HashMap::new();
+    let mut archived_rows = 0i64;
+    let mut archived_deleted = 0i64;
+    for a in &archives {
+        let (id, key, rows, deleted): (i64, String, i64, i64) =
+            (a.get(0), a.get(1), a.get(2), a.get(3));
+        archived_rows += rows;
+        archived_deleted += deleted;
+        let target = format!("public.chaos_restored_{id}");
+        let o = restorer.run(&["restore", &key, "--into", &target]);
+        report.check("6 every live slice restores", o.status.success(), || {
+            violation(format!(
+                "restore of archive {id} ({key}) failed: {}",
+                pg_retention_integration::archiver::text(&o)
+            ))
+        });
+        if !o.status.success() {
+            continue;
+        }
+        let got = read_rows(db, Table::Audit, &target).map_err(e)?;
+        db.batch_execute(&format!("DROP TABLE {target}"))
+            .map_err(e)?;
+        report.check(
+            "6 every live slice restores",
+            got.len() as i64 == rows,
+            || {
+                violation(format!(
+                    "archive {id} records {rows} rows, its slice restores {}",
+                    got.len()
+                ))
+            },
+        );
+        for s in got {
+            in_slices.entry(s.id).or_default().push((id, s));
+        }
+    }
+    report
+        .figures
+        .insert("archives_live", archives.len() as i64);
+    report
+        .figures
+        .insert("rows_in_live_archives", archived_rows);
+    report
+        .figures
+        .insert("audit_rows_deleted_by_archive", archived_deleted);
+
+    // When each archive's prune was ledgered.
+    let mut pruned_at: HashMap<i64, (i64, Option<String>, Option<i32>)> = HashMap::new();
+    for l in ledger
+        .iter()
+        .filter(|l| l.method == "prune" && l.relation == "audit")
+    {
+        if let Some(a) = l.archive_id {
+            pruned_at.insert(a, (l.at_us, l.policy.clone(), l.version));
+        }
+    }
+    let ever_held: HashSet<(Table, i32)> = holds.iter().map(|h| (h.table, h.subject)).collect();
+    for (id, copies) in &in_slices {
+        let row = shadow.get(&(Table::Audit, *id));
+        for (archive, s) in copies {
+            report.check("6 rows as written", matches_shadow(s, row, false), || {
+                Violation {
+                    row: Some((Table::Audit, *id)),
+                    ..violation(format!(
+                        "archive {archive} holds audit {id} not as written: {s:?}"
+                    ))
+                }
+            });
+            if let Some(t) = erased_at(s.subject) {
+                report.check("3 erased rows gone", false, || Violation {
+                    row: Some((Table::Audit, *id)),
+                    subject: Some(s.subject),
+                    at_us: Some(t),
+                    ..violation(format!(
+                        "audit {id} of erased subject {} restores from archive {archive}",
+                        s.subject
+                    ))
+                });
+            }
+        }
+        let subject = copies[0].1.subject;
+        let kept_by_hold = ever_held.contains(&(Table::Audit, subject));
+        report.check("2 archived once", copies.len() == 1 || kept_by_hold, || {
+            Violation {
+                row: Some((Table::Audit, *id)),
+                ..violation(format!(
+                    "audit {id} is in {} archives and was never held",
+                    copies.len()
+                ))
+            }
+        });
+        if live.contains_key(&(Table::Audit, *id)) {
+            report.check("2 archived once", kept_by_hold, || Violation {
+                row: Some((Table::Audit, *id)),
+                ..violation(format!(
+                    "audit {id} is archived and still in the table, yet never held"
+                ))
+            });
+            continue;
+        }
+        // Deleted through its newest archive: held, eligible, consistent.
+        let Some((archive, last)) = copies.iter().max_by_key(|(a, _)| *a) else {
+            continue;
+        };
+        let Some((at, policy, version)) = pruned_at.get(archive).cloned() else {
+            continue;
+        };
+        if let Some(row) = row {
+            report.check(
+                "6 rows as written",
+                row.possible_versions().contains(&last.version) || row.app_delete.is_some(),
+                || Violation {
+                    row: Some((Table::Audit, *id)),
+                    at_us: Some(at),
+                    ..violation(format!(
+                        "audit {id} was deleted as version {} but its last version is {:?}",
+                        last.version,
+                        row.possible_versions()
+                    ))
+                },
+            );
+            if let Some(hold) = held_at(Table::Audit, row.subject, at) {
+                report.check("1 held rows stay", false, || Violation {
+                    row: Some((Table::Audit, *id)),
+                    subject: Some(row.subject),
+                    at_us: Some(at),
+                    ..violation(format!(
+                        "audit {id} was pruned (archive {archive}) while hold {hold} covered it"
+                    ))
+                });
+            } else {
+                report.check("1 held rows stay", true, || violation(String::new()));
+            }
+            if let Some(w) =
+                version.and_then(|v| window.get(&(policy.clone().unwrap_or_default(), v)))
+            {
+                report.check(
+                    "5 nothing deleted before eligible",
+                    row.created_us < at - w && !last.open,
+                    || Violation {
+                        row: Some((Table::Audit, *id)),
+                        at_us: Some(at),
+                        ..violation(format!(
+                            "audit {id} pruned at age {:.2}s (open: {}) under a window of {:.0}s",
+                            (at - row.created_us) as f64 / 1e6,
+                            last.open,
+                            *w as f64 / 1e6
+                        ))
+                    },
+                );
+            }
+        }
+    }
+
+    // Every row that left: by the application, a sweep, an archive, or an erasure.
+    for ((table, id), row) in &shadow {
+        if live.contains_key(&(*table, *id)) {
+            continue;
+        }
+        let by_app = row.app_delete.is_some();
+        let by_retention = match table {
+            Table::Events => swept.contains_key(id),
+            Table::Audit => in_slices.contains_key(id),
+        };
+        let erased = erased_at(row.subject).is_some();
+        let uncertain = row.insert == Outcome::Unknown;
+        report.check("2 every row that left is accounted for", by_app || by_retention || erased || uncertain, || Violation {
+            row: Some((*table, *id)),
+            subject: Some(row.subject),
+            ..violation(format!("{} {id} is gone, and no sweep, archive, erasure or application delete explains it", table.name()))
+        });
+        if let (Some((Outcome::Done, sent)), true) = (row.app_delete, by_retention) {
+            report.check("4 ledger equals rows that left", false, || Violation {
+                row: Some((*table, *id)),
+                at_us: Some(sent),
+                ..violation(format!("{} {id} was deleted by the application and also ledgered as deleted by retention", table.name()))
+            });
+        }
+        if let Some((Outcome::Done, sent)) = row.app_delete {
+            if let Some(h) = holds.iter().find(|h| {
+                h.enforced
+                    && h.table == *table
+                    && h.subject == row.subject
+                    && h.placed_us + MARGIN_US < sent
+                    && h.lift_sent_us.is_none_or(|l| l > sent + MARGIN_US)
+            }) {
+                report.check("1 held rows stay", false, || Violation {
+                    row: Some((*table, *id)),
+                    at_us: Some(sent),
+                    ..violation(format!(
+                        "enforced hold {} let the application delete {} {id}",
+                        h.id,
+                        table.name()
+                    ))
+                });
+            }
+        }
+    }
+
+    // Counts: the ledger against the rows that left, per table.
+    for table in Table::ALL {
+        let erased_ledgered: i64 = ledger
+            .iter()
+            .filter(|l| l.method == "erasure" && l.relation == table.name())
+            .map(|l| l.rows_deleted)
+            .sum();
+        let by_retention: i64 = match table {
+            Table::Events => ledger
+                .iter()
+                .filter(|l| l.method == "prune" && l.relation == "events")
+                .map(|l| l.rows_deleted)
+                .sum(),
+            Table::Audit => archived_deleted,
+        };
+        let ledgered_prunes: i64 = ledger
+            .iter()
+            .filter(|l| l.method == "prune" && l.relation == table.name())
+            .map(|l| l.rows_deleted)
+            .sum();
+        let (mut least, mut most) = (0i64, 0i64);
+        for ((t, id), row) in &shadow {
+            if *t != table || live.contains_key(&(*t, *id)) {
+                continue;
+            }
+            let sure = row.insert == Outcome::Done;
+            match row.app_delete {
+                Some((Outcome::Done, _)) => {}
+                Some((Outcome::Unknown, _)) => most += 1,
+                None if sure => {
+                    least += 1;
+                    most += 1;
+                }
+                None => most += 1,
+            }
+        }
+        let total = by_retention + erased_ledgered;
+        report.figures.insert(
+            if table == Table::Events {
+                "events_rows_erased"
+            } else {
+                "audit_rows_erased"
+            },
+            erased_ledgered,
+        );
+        report.check("4 ledger equals rows that left", least <= total && total <= most, || {
+            violation(format!(
+                "{}: the ledger says {total} rows left ({by_retention} by retention, {erased_ledgered} erased), the writers' shadow says between {least} and {most}",
+                table.name()
+            ))
+        });
+        if table == Table::Audit {
+            report.check("4 ledger equals rows that left", ledgered_prunes == archived_deleted, || {
+                violation(format!("audit: prune entries count {ledgered_prunes} rows, archives record {archived_deleted} deleted"))
+            });
+        }
+    }
+
+    // The writers and the driver.
+    if let Ok(log) = world.log.lock() {
+        for ev in log.iter().filter(|e| e.kind == "floor_broken") {
+            report.check("8 floors hold", false, || violation(ev.text.clone()));
+        }
+        let refused = log
+            .iter()
+            .filter(|e| e.kind == "alter_below_floor_refused")
+            .count();
+        *report.checks.entry("8 floors hold").or_default() += refused as u64;
+    }
+    Ok(report)
+}
+
+/// Invariant 7: `id`, swept at `at`, was below every consumer position in force.
+fn check_consumers(
+    report: &mut Report,
+    consumers: &[crate::world::ConsumerSeen],
+    id: i64,
+    at: i64,
+) {
+    for c in consumers {
+        let live = c.registered_us + MARGIN_US < at
+            && c.unregister_sent_us.is_none_or(|u| u > at + MARGIN_US);
+        if !live {
+            continue;
+        }
+        // The highest position that can have been in force: any report sent before the delete.
+        let highest = c
+            .reports
+            .iter()
+            .filter(|(sent, _)| *sent < at + MARGIN_US)
+            .map(|(_, p)| *p)
+            .max();
+        let ok = highest.is_some_and(|p| id < p);
+        report.check("7 consumer pins hold", ok, || Violation {
+            row: Some((Table::Events, id)),
+            at_us: Some(at),
+            ..violation(format!(
+                "events {id} swept while consumer feed (registered at {}) pinned from {highest:?}",
+                c.registered_us
+            ))
+        });
+    }
+}
