@@ -18,6 +18,8 @@ pub struct Options {
     pub faults: bool,
     /// Promote the standby once, after this long (None: never).
     pub promote_after: Option<Duration>,
+    /// How long the run lasts: erasures are spread over it.
+    pub duration: Duration,
 }
 
 /// Connections the driver acts through, each made again when lost.
@@ -97,7 +99,7 @@ pub fn run(world: &World, mut rng: Rng, slots: &[Arc<Slot>], options: &Options) 
         match op {
             0 => place_hold(world, &mut rng, &mut s),
             1 => lift_hold(world, &mut rng, &mut s),
-            2 => erase(world, &mut rng, &mut s),
+            2 => erase(world, &mut rng, &mut s, options.duration),
             3 => alter(world, &mut rng, &mut s, false),
             4 => alter(world, &mut rng, &mut s, true),
             5 => consumer(world, &mut rng, &mut s, &mut epoch),
@@ -222,12 +224,15 @@ fn lift_hold(world: &World, rng: &mut Rng, s: &mut Sessions) {
 /// Erases a subject from both tables. Every row of the subject was committed before (the
 /// writers' shared hold on `erased`), and a call whose answer was lost is made again: an
 /// erasure is idempotent.
-fn erase(world: &World, rng: &mut Rng, s: &mut Sessions) {
+fn erase(world: &World, rng: &mut Rng, s: &mut Sessions, duration: Duration) {
+    // A third of the subjects at most, spread over the run.
+    let elapsed = world.t0.elapsed().as_secs_f64() / duration.as_secs_f64().max(1.0);
+    let allowed = 1 + (f64::from(SUBJECTS / 3) * elapsed.min(1.0)) as usize;
     let subject = {
         let Ok(mut erased) = world.erased.write() else {
             return;
         };
-        if erased.len() as i32 >= SUBJECTS / 3 {
+        if erased.len() >= allowed {
             return;
         }
         let mut subject = rng.below(SUBJECTS as u64) as i32;

@@ -177,6 +177,7 @@ fn main() -> ExitCode {
     let duration = Duration::from_secs_f64(args.minutes * 60.0);
     let options = driver::Options {
         faults: args.faults,
+        duration,
         promote_after: (args.standby && args.faults)
             .then(|| duration.mul_f64(0.3 + 0.4 * (rng.below(1000) as f64 / 1000.0))),
     };
@@ -287,7 +288,7 @@ fn main() -> ExitCode {
 /// Waits until no batch is claimed and no supersession is pending: everything the archivers
 /// started is finished.
 fn quiesce(world: &World) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(300);
+    let deadline = Instant::now() + Duration::from_secs(600);
     let mut last = String::new();
     while Instant::now() < deadline {
         let primary = world.primary();
