@@ -17,7 +17,8 @@
 //! when it was committed that long before the delete's ledger entry and its lift sent that long
 //! after, which keeps statement snapshots and clock reads on the safe side.
 
-use crate::world::{Outcome, RowShadow, Table, World};
+use crate::readback::{matches_shadow, read_rows, Seen};
+use crate::world::{Outcome, Table, World};
 use pg_retention_integration::archiver::Archiver;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -36,17 +37,6 @@ pub struct Violation {
     pub subject: Option<i32>,
     /// When (wall clock µs) the offending action happened, if known.
     pub at_us: Option<i64>,
-}
-
-/// A row as read back from a table or a restored slice.
-#[derive(Clone, Debug)]
-struct Seen {
-    id: i64,
-    subject: i32,
-    created_us: i64,
-    version: i32,
-    open: bool,
-    consistent: bool,
 }
 
 /// What the checker found and counted.
@@ -79,54 +69,6 @@ fn violation(text: String) -> Violation {
         subject: None,
         at_us: None,
     }
-}
-
-const ROW_SQL: &str =
-    "SELECT id, subject, (extract(epoch FROM created_at) * 1000000)::bigint, version";
-
-fn read_rows(
-    db: &mut postgres::Client,
-    table: Table,
-    from: &str,
-) -> Result<Vec<Seen>, postgres::Error> {
-    let (open, consistent) = match table {
-        Table::Events => ("false", "note = chaos_note(id, version)"),
-        Table::Audit => (
-            "state = 'open'",
-            "amount = chaos_amount(id, version) AND body = chaos_body(id, version)
-             AND (version = 0 OR state = 'closed')",
-        ),
-    };
-    let rows = db.query(
-        &format!("{ROW_SQL}, {open}, coalesce({consistent}, false) FROM {from}"),
-        &[],
-    )?;
-    Ok(rows
-        .iter()
-        .map(|r| Seen {
-            id: r.get(0),
-            subject: r.get(1),
-            created_us: r.get(2),
-            version: r.get(3),
-            open: r.get(4),
-            consistent: r.get(5),
-        })
-        .collect())
-}
-
-/// Checks a row read back against what the writers wrote.
-fn matches_shadow(seen: &Seen, row: Option<&RowShadow>, final_version: bool) -> bool {
-    let Some(row) = row else { return false };
-    let version_ok = if final_version {
-        row.possible_versions().contains(&seen.version)
-    } else {
-        row.any_version(seen.version)
-    };
-    seen.consistent
-        && seen.subject == row.subject
-        && seen.created_us == row.created_us
-        && version_ok
-        && (seen.version > 0 || seen.open == row.initially_open)
 }
 
 /// Runs every check. `restorer` restores into `public` of the primary.

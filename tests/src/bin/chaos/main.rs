@@ -13,6 +13,7 @@
 mod archivers;
 mod checker;
 mod driver;
+mod readback;
 mod rng;
 mod sabotage;
 mod world;
