@@ -121,12 +121,7 @@ fn insert(
         Answer::Done(_) => Outcome::Done,
         Answer::Lost => Outcome::Unknown,
         Answer::Refused(code) => {
-            world.count("write_refused", 1);
-            world.event(
-                "insert_refused",
-                What::Write(table, id),
-                format!("insert {} {id} refused {code}", table.name()),
-            );
+            refused(world, "insert_refused", table, id, &code);
             return false;
         }
     };
@@ -198,12 +193,7 @@ fn update(
         Answer::Lost => Outcome::Unknown,
         Answer::Refused(code) => {
             // RT501: an eligible archive row is frozen; RT402: an enforced hold.
-            world.count("write_refused", 1);
-            world.event(
-                "update_refused",
-                What::Write(table, id),
-                format!("update {} {id} refused {code}", table.name()),
-            );
+            refused(world, "update_refused", table, id, &code);
             if code == "RT501" {
                 mine.swap_remove(i);
             }
@@ -243,12 +233,7 @@ fn delete(
         Answer::Done(_) => Outcome::Done,
         Answer::Lost => Outcome::Unknown,
         Answer::Refused(code) => {
-            world.count("write_refused", 1);
-            world.event(
-                "delete_refused",
-                What::Write(table, id),
-                format!("app delete {} {id} refused {code}", table.name()),
-            );
+            refused(world, "delete_refused", table, id, &code);
             return false;
         }
     };
@@ -265,4 +250,14 @@ fn delete(
         format!("app delete {} {id}", table.name()),
     );
     outcome == Outcome::Unknown
+}
+
+/// Records a write the server refused (its SQLSTATE says why; nothing changed).
+fn refused(world: &World, kind: &'static str, table: Table, id: i64, code: &str) {
+    world.count("write_refused", 1);
+    world.event(
+        kind,
+        What::Write(table, id),
+        format!("{kind} {} {id}: {code}", table.name()),
+    );
 }
