@@ -25,6 +25,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 /// Slack between the driver's clock reads and a deleting statement's snapshot.
 pub const MARGIN_US: i64 = 2_000_000;
 
+/// Whether something that began at `since` (committed by then) and ended no earlier than
+/// `until` (sent then; None: never) surely stood at `at`, the margin on the safe side.
+fn surely_in_force(since: i64, until: Option<i64>, at: i64) -> bool {
+    since + MARGIN_US < at && until.is_none_or(|u| u > at + MARGIN_US)
+}
+
 /// One broken invariant.
 pub struct Violation {
     /// Which invariant.
@@ -147,8 +153,7 @@ pub fn check(
             .find(|h| {
                 h.table == table
                     && h.subject == subject
-                    && h.placed_us + MARGIN_US < at
-                    && h.lift_sent_us.is_none_or(|l| l > at + MARGIN_US)
+                    && surely_in_force(h.placed_us, h.lift_sent_us, at)
             })
             .map(|h| h.id)
     };
@@ -467,8 +472,7 @@ pub fn check(
                 h.enforced
                     && h.table == *table
                     && h.subject == row.subject
-                    && h.placed_us + MARGIN_US < sent
-                    && h.lift_sent_us.is_none_or(|l| l > sent + MARGIN_US)
+                    && surely_in_force(h.placed_us, h.lift_sent_us, sent)
             }) {
                 report.check("1 held rows stay", false, || Violation {
                     row: Some((*table, *id)),
@@ -563,9 +567,7 @@ fn check_consumers(
     at: i64,
 ) {
     for c in consumers {
-        let live = c.registered_us + MARGIN_US < at
-            && c.unregister_sent_us.is_none_or(|u| u > at + MARGIN_US);
-        if !live {
+        if !surely_in_force(c.registered_us, c.unregister_sent_us, at) {
             continue;
         }
         // The highest position that can have been in force: any report sent before the delete.

@@ -6,7 +6,7 @@
 
 use crate::archivers::{Slot, FAULT_POINTS};
 use crate::rng::Rng;
-use crate::world::{now_us, ConsumerSeen, HoldSeen, Table, What, World};
+use crate::world::{now_us, outcome_unknown as lost, ConsumerSeen, HoldSeen, Table, What, World};
 use crate::writers::SUBJECTS;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -40,13 +40,6 @@ impl Sessions {
         }
         slot.as_mut()
     }
-}
-
-/// Whether an error leaves the statement's outcome unknown (the connection or server went).
-fn lost(e: &postgres::Error) -> bool {
-    e.code()
-        .map(|c| c.code().to_owned())
-        .is_none_or(|c| ["57", "08", "XX", "58"].iter().any(|p| c.starts_with(p)))
 }
 
 fn code(e: &postgres::Error) -> String {

@@ -174,6 +174,17 @@ pub struct World {
     pub counts: Mutex<BTreeMap<&'static str, u64>>,
 }
 
+/// Whether a failed statement's outcome is unknown: operator intervention (a shutdown),
+/// connection and internal errors may come after the commit, and no SQLSTATE means the
+/// connection went. Any other SQLSTATE is the statement's own refusal.
+pub fn outcome_unknown(e: &postgres::Error) -> bool {
+    e.code().is_none_or(|c| {
+        ["57", "08", "XX", "58"]
+            .iter()
+            .any(|p| c.code().starts_with(p))
+    })
+}
+
 /// Wall clock in µs since the epoch.
 pub fn now_us() -> i64 {
     SystemTime::now()

@@ -2,7 +2,7 @@
 //! rows of both tables, each write recorded in the shadow with whether its answer came back.
 
 use crate::rng::Rng;
-use crate::world::{now_us, Outcome, RowShadow, Table, What, World};
+use crate::world::{now_us, outcome_unknown, Outcome, RowShadow, Table, What, World};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -74,14 +74,8 @@ enum Answer {
 fn answer(r: Result<u64, postgres::Error>) -> Answer {
     match r {
         Ok(n) => Answer::Done(n),
-        // Operator intervention (a shutdown), connection and internal errors may come after
-        // the commit: the outcome is unknown. Any other SQLSTATE is the statement's refusal.
-        Err(e) => match e.code().map(|c| c.code().to_owned()) {
-            Some(code) if !["57", "08", "XX", "58"].iter().any(|c| code.starts_with(c)) => {
-                Answer::Refused(code)
-            }
-            _ => Answer::Lost,
-        },
+        Err(e) if outcome_unknown(&e) => Answer::Lost,
+        Err(e) => Answer::Refused(e.code().map_or_else(String::new, |c| c.code().to_owned())),
     }
 }
 
