@@ -414,6 +414,74 @@ fn a_hold_placed_after_the_claim_blocks_only_its_rows() {
     assert_eq!(scalar(&mut admin, &format!("SELECT rows FROM retention.ledger WHERE method = 'hold_skip' AND {hold} = ANY (hold_ids)")), 2);
 }
 
+/// A window widened between the claim and the prune keeps the rows it no longer covers: they
+/// are in the slice (archived) and stay in the table, ledgered as kept; the application may
+/// then change or delete them like any row not yet eligible. (The chaos run found its checker
+/// counting such a row as deleted by retention.)
+#[test]
+fn a_window_widened_after_the_claim_keeps_the_rows_it_no_longer_covers() {
+    let c = Cluster::start(&[]);
+    let (mut app, mut admin, mut arch) = audit(&c, 100);
+    let batch = claim(&mut arch, 10).unwrap();
+    assert_eq!(
+        batch_ids(&mut arch, &batch),
+        vec![31, 32, 33, 34, 36, 37, 38, 39, 41, 42]
+    );
+    let (_, digest, rows, bytes) = slice(&mut arch, &batch);
+    admin
+        .batch_execute("SELECT retention.alter_policy('audit', older_than => '36 days 12 hours')")
+        .unwrap();
+    assert_eq!(
+        complete(&mut arch, &batch, &digest, rows, bytes).unwrap(),
+        5
+    );
+    assert_eq!(
+        scalar(
+            &mut admin,
+            "SELECT count(*) FROM audit WHERE id IN (31, 32, 33, 34, 36)"
+        ),
+        5
+    );
+    assert_eq!(
+        scalar(
+            &mut admin,
+            "SELECT count(*) FROM audit WHERE id IN (37, 38, 39, 41, 42)"
+        ),
+        0
+    );
+    assert_eq!(
+        scalar(
+            &mut admin,
+            "SELECT rows * 100 + deleted FROM retention.archives"
+        ),
+        1005
+    );
+    assert_eq!(
+        scalar(
+            &mut admin,
+            "SELECT rows FROM retention.ledger WHERE method = 'hold_skip'"
+        ),
+        5
+    );
+    assert_eq!(
+        scalar(
+            &mut admin,
+            "SELECT rows FROM retention.ledger WHERE method = 'prune'"
+        ),
+        5
+    );
+    // Kept, not frozen: the application's own writes go through.
+    assert_eq!(
+        app.execute("UPDATE audit SET note = 'again' WHERE id = 32", &[])
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        app.execute("DELETE FROM audit WHERE id = 31", &[]).unwrap(),
+        1
+    );
+}
+
 /// The prune deletes first and checks after, in one transaction: a changed row among the rows
 /// a hold keeps (rendered after the deletes) still refuses the batch, and the refusal undoes
 /// the deletes of the other rows.

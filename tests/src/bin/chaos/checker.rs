@@ -3,8 +3,10 @@
 //!
 //! 1. no held row was deleted, but by an erasure, and no enforced hold let the application
 //!    change or delete a row it covered;
-//! 2. every archive-class row that left was archived (is in a live slice), once unless a hold
-//!    kept it after an earlier archive, or was erased;
+//! 2. every archive-class row that left was archived (is in a live slice), or was erased; a
+//!    slice holds a row its prune did not delete (the row is still there, deleted by the
+//!    application or archived again) only where that prune may rightly have kept it: held, or
+//!    no longer eligible under the window in force then;
 //! 3. no erased row is in the tables or in any restorable slice;
 //! 4. the ledger's counts equal the rows that left, per table and method (the swept table's
 //!    keys exactly, from `record_keys`);
@@ -18,7 +20,7 @@
 //! after, which keeps statement snapshots and clock reads on the safe side.
 
 use crate::readback::{matches_shadow, read_rows, Seen};
-use crate::world::{Outcome, Table, World};
+use crate::world::{Outcome, RowShadow, Table, World};
 use pg_retention_integration::archiver::Archiver;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -346,6 +348,23 @@ pub fn check(
         }
     }
     let ever_held: HashSet<(Table, i32)> = holds.iter().map(|h| (h.table, h.subject)).collect();
+    // Whether archive `archive`'s prune may rightly have kept the row (`complete_batch` deletes
+    // only the claimed rows still eligible and unheld): its subject was held at some time, or
+    // the row was not surely eligible then under the version that pruned (a window widened
+    // between claim and prune). Without a prune entry or a known window it cannot be judged.
+    let may_have_kept = |archive: i64, row: &RowShadow| -> bool {
+        if ever_held.contains(&(Table::Audit, row.subject)) {
+            return true;
+        }
+        let Some((at, policy, version)) = pruned_at.get(&archive) else {
+            return true;
+        };
+        let policy = policy.clone().unwrap_or_default();
+        match version.and_then(|v| window.get(&(policy, v))) {
+            Some(w) => row.created_us + MARGIN_US >= at - w,
+            None => true,
+        }
+    };
     for (id, copies) in &in_slices {
         let row = shadow.get(&(Table::Audit, *id));
         for (archive, s) in copies {
@@ -369,24 +388,29 @@ pub fn check(
                 });
             }
         }
-        let subject = copies[0].1.subject;
-        let kept_by_hold = ever_held.contains(&(Table::Audit, subject));
-        report.check("2 archived once", copies.len() == 1 || kept_by_hold, || {
-            Violation {
+        let Some(row) = row else {
+            continue;
+        };
+        // Which copy's prune deleted the row: none while it is in the table or the application
+        // surely deleted it; else the newest (an application delete of unknown outcome leaves
+        // that open).
+        let newest = copies.iter().map(|(a, _)| *a).max();
+        let deleted_by_newest = !live.contains_key(&(Table::Audit, *id))
+            && !matches!(row.app_delete, Some((Outcome::Done, _)));
+        for (archive, _) in copies {
+            if deleted_by_newest && Some(*archive) == newest {
+                continue;
+            }
+            report.check("2 archived once", may_have_kept(*archive, row), || Violation {
                 row: Some((Table::Audit, *id)),
+                at_us: pruned_at.get(archive).map(|p| p.0),
                 ..violation(format!(
-                    "audit {id} is in {} archives and was never held",
+                    "audit {id} is in archive {archive} ({} copies), whose prune kept it though it was eligible and never held",
                     copies.len()
                 ))
-            }
-        });
-        if live.contains_key(&(Table::Audit, *id)) {
-            report.check("2 archived once", kept_by_hold, || Violation {
-                row: Some((Table::Audit, *id)),
-                ..violation(format!(
-                    "audit {id} is archived and still in the table, yet never held"
-                ))
             });
+        }
+        if !deleted_by_newest || row.app_delete.is_some() {
             continue;
         }
         // Deleted through its newest archive: held, eligible, consistent.
@@ -396,50 +420,47 @@ pub fn check(
         let Some((at, policy, version)) = pruned_at.get(archive).cloned() else {
             continue;
         };
-        if let Some(row) = row {
+        report.check(
+            "6 rows as written",
+            row.possible_versions().contains(&last.version),
+            || Violation {
+                row: Some((Table::Audit, *id)),
+                at_us: Some(at),
+                ..violation(format!(
+                    "audit {id} was deleted as version {} but its last version is {:?}",
+                    last.version,
+                    row.possible_versions()
+                ))
+            },
+        );
+        if let Some(hold) = held_at(Table::Audit, row.subject, at) {
+            report.check("1 held rows stay", false, || Violation {
+                row: Some((Table::Audit, *id)),
+                subject: Some(row.subject),
+                at_us: Some(at),
+                ..violation(format!(
+                    "audit {id} was pruned (archive {archive}) while hold {hold} covered it"
+                ))
+            });
+        } else {
+            report.check("1 held rows stay", true, || violation(String::new()));
+        }
+        if let Some(w) = version.and_then(|v| window.get(&(policy.clone().unwrap_or_default(), v)))
+        {
             report.check(
-                "6 rows as written",
-                row.possible_versions().contains(&last.version) || row.app_delete.is_some(),
+                "5 nothing deleted before eligible",
+                row.created_us < at - w && !last.open,
                 || Violation {
                     row: Some((Table::Audit, *id)),
                     at_us: Some(at),
                     ..violation(format!(
-                        "audit {id} was deleted as version {} but its last version is {:?}",
-                        last.version,
-                        row.possible_versions()
+                        "audit {id} pruned at age {:.2}s (open: {}) under a window of {:.0}s",
+                        (at - row.created_us) as f64 / 1e6,
+                        last.open,
+                        *w as f64 / 1e6
                     ))
                 },
             );
-            if let Some(hold) = held_at(Table::Audit, row.subject, at) {
-                report.check("1 held rows stay", false, || Violation {
-                    row: Some((Table::Audit, *id)),
-                    subject: Some(row.subject),
-                    at_us: Some(at),
-                    ..violation(format!(
-                        "audit {id} was pruned (archive {archive}) while hold {hold} covered it"
-                    ))
-                });
-            } else {
-                report.check("1 held rows stay", true, || violation(String::new()));
-            }
-            if let Some(w) =
-                version.and_then(|v| window.get(&(policy.clone().unwrap_or_default(), v)))
-            {
-                report.check(
-                    "5 nothing deleted before eligible",
-                    row.created_us < at - w && !last.open,
-                    || Violation {
-                        row: Some((Table::Audit, *id)),
-                        at_us: Some(at),
-                        ..violation(format!(
-                            "audit {id} pruned at age {:.2}s (open: {}) under a window of {:.0}s",
-                            (at - row.created_us) as f64 / 1e6,
-                            last.open,
-                            *w as f64 / 1e6
-                        ))
-                    },
-                );
-            }
         }
     }
 
@@ -460,7 +481,11 @@ pub fn check(
             subject: Some(row.subject),
             ..violation(format!("{} {id} is gone, and no sweep, archive, erasure or application delete explains it", table.name()))
         });
-        if let (Some((Outcome::Done, sent)), true) = (row.app_delete, by_retention) {
+        // The swept table's keys are exact; an archive also holds the rows its prune kept (their
+        // copies are judged above).
+        if let (Some((Outcome::Done, sent)), Table::Events, true) =
+            (row.app_delete, table, by_retention)
+        {
             report.check("4 ledger equals rows that left", false, || Violation {
                 row: Some((*table, *id)),
                 at_us: Some(sent),
