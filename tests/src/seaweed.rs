@@ -89,15 +89,22 @@ impl Seaweed {
         let _ = self.child.wait();
     }
 
-    /// Starts the stopped server again on the same ports and data.
+    /// Starts the stopped server again on the same ports and data; a port still held (a
+    /// closing connection) is waited for, up to ten tries two seconds apart.
     pub fn restart(&mut self) {
-        let log = std::fs::OpenOptions::new()
-            .append(true)
-            .open(self.dir.join("weed.log"))
-            .expect("weed log");
-        self.child = spawn_weed(&self.flags, log);
-        if let Err(log) = self.wait_for_bucket() {
-            panic!("weed mini exited early; log:\n{log}");
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let log = std::fs::OpenOptions::new()
+                .append(true)
+                .open(self.dir.join("weed.log"))
+                .expect("weed log");
+            self.child = spawn_weed(&self.flags, log);
+            match self.wait_for_bucket() {
+                Ok(()) => return,
+                Err(_) if attempt < 10 => std::thread::sleep(Duration::from_secs(2)),
+                Err(log) => panic!("weed mini exited early, {attempt} times; log:\n{log}"),
+            }
         }
     }
 

@@ -223,6 +223,11 @@ fn main() -> ExitCode {
             if start.elapsed().as_secs().is_multiple_of(30) {
                 progress(world);
             }
+            // A writer or the driver that panicked would leave a run without its faults.
+            if actors.iter().any(|a| a.is_finished()) {
+                eprintln!("chaos: a writer or the driver stopped early (its panic is above); the run ends");
+                break;
+            }
         }
         world.stop.store(true, Ordering::SeqCst);
         let mut harness_failed = false;
