@@ -226,7 +226,7 @@ pub struct Options {
     /// Only these archive policies (comma list; default all).
     #[arg(long, global = true, env = "PG_RETENTION_POLICIES")]
     pub policies: Option<String>,
-    /// Most rows per batch (default 10000).
+    /// Most rows per batch (default 20000).
     #[arg(long, global = true, env = "PG_RETENTION_BATCH_ROWS")]
     pub batch_rows: Option<i32>,
     /// Lease of a claimed batch (default 10m); extended while working.

@@ -15,7 +15,7 @@ pub const DEFAULT_MAX_RETRIES: usize = 3;
 /// Default retry budget per object-store request.
 pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Default rows per batch.
-pub const DEFAULT_BATCH_ROWS: i32 = 10_000;
+pub const DEFAULT_BATCH_ROWS: i32 = 20_000;
 /// Default lease of a claimed batch.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(600);
 /// Default pause of `run` when idle.

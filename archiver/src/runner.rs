@@ -70,7 +70,9 @@ async fn policies(ctx: &Context) -> Result<Vec<String>> {
 /// What one pass over the archive policies did.
 #[derive(Default)]
 struct Pass {
-    /// Some claim said there may be more (`Claimed::more`).
+    /// Some policy's turn ended on a claim that said there may be more (`Claimed::more`): its
+    /// turn ran out, or a failure ended it. A turn whose last claim caught up needs no further
+    /// pass: claiming again at once would come back empty.
     progressed: bool,
     /// Batches pruned.
     pruned: u64,
@@ -145,7 +147,6 @@ async fn pass(
             let more = match step.claimed {
                 Ok(Some(more)) => {
                     p.claimed += 1;
-                    p.progressed |= more;
                     more
                 }
                 Ok(None) => false,
@@ -160,6 +161,7 @@ async fn pass(
             // A policy keeps its turn while it has more and its turn lasts: the pass's own
             // reads (supersessions, the policy list) then run once per turn, not per batch.
             if !more || p.failures.len() > failures_before || turn.elapsed() >= TURN {
+                p.progressed |= more;
                 break;
             }
         }
@@ -171,8 +173,9 @@ async fn pass(
 /// long an erasure's supersession and the other policies wait for a busy one.
 const TURN: Duration = Duration::from_secs(1);
 
-/// Archives until a pass over the policies claims no batch that says there may be more (every
-/// claim came back short of a table's last leaf, or empty: it caught up with the eligible rows) or `max_batches` batches are done. Stops at the
+/// Archives until a pass over the policies ends every policy's turn on a claim that caught up
+/// (it came back short of a table's last leaf, or empty: it took the last eligible rows) or
+/// `max_batches` batches are done: no further pass only to find nothing to claim. Stops at the
 /// first batch that fails or is refused (after releasing it) and returns its error; a batch
 /// already verified by then is still pruned first, one claimed and not yet written is released.
 pub async fn once(settings: Settings, max_batches: Option<u64>) -> Result<u64> {

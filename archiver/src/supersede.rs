@@ -143,7 +143,6 @@ async fn one(ctx: &Context, s: &Open) -> Result<Superseded> {
         slice: Bytes::from(rewritten),
         manifest: Bytes::from(serde_json::to_vec_pretty(&next)?),
         digest: blake3,
-        bytes,
     };
     // A store not probed yet (unreachable at start) is probed before this first write.
     crate::trust::prepare(ctx).await?;

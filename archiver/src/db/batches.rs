@@ -3,6 +3,7 @@
 
 use super::{server_message, Db, Sqlstate};
 use crate::error::{Error, Result};
+use futures::TryStreamExt;
 use std::time::Duration;
 
 /// A claimed batch.
@@ -97,26 +98,30 @@ impl Db {
     }
 
     /// The slice of the batch this connection just claimed, `bytes` long. `claimed_slice` hands
-    /// it over in pieces (through the claim's SQL wrapper every layer copied it whole); should
-    /// it not be there, the batch is rendered again from its key set.
+    /// it over in pieces (through the claim's SQL wrapper every layer copied it whole), each
+    /// appended to the slice as it arrives (collecting the pieces first held the slice twice);
+    /// should it not be there, the batch is rendered again from its key set.
     pub async fn claimed_slice(&self, batch: &str, bytes: i64) -> Result<Vec<u8>> {
         let pieces = self
             .client
-            .query("SELECT retention.claimed_slice($1::text::uuid)", &[&batch])
+            .query_raw("SELECT retention.claimed_slice($1::text::uuid)", [batch])
             .await?;
-        if pieces.is_empty() {
-            return Ok(self
+        let mut pieces = std::pin::pin!(pieces);
+        let mut slice: Option<Vec<u8>> = None;
+        while let Some(piece) = pieces.try_next().await? {
+            slice
+                .get_or_insert_with(|| Vec::with_capacity(usize::try_from(bytes).unwrap_or(0)))
+                .extend_from_slice(piece.try_get::<_, &[u8]>(0)?);
+        }
+        match slice {
+            Some(slice) => Ok(slice),
+            None => Ok(self
                 .client
                 .query_one("SELECT retention.batch_slice($1::text::uuid)", &[&batch])
                 .await?
                 .get::<_, Option<Vec<u8>>>(0)
-                .unwrap_or_default());
+                .unwrap_or_default()),
         }
-        let mut slice = Vec::with_capacity(usize::try_from(bytes).unwrap_or(0));
-        for piece in &pieces {
-            slice.extend_from_slice(piece.get::<_, &[u8]>(0));
-        }
-        Ok(slice)
     }
 
     /// Extends the batch's lease.
