@@ -267,12 +267,13 @@ pub fn end(token: i64, contained: bool) -> Result<SweepState> {
     };
     unlock(policy_id)?;
     // Its table changed: its gauges are measured again, bounded as a step is in the worker (a
-    // slow predicate's measurement is cut short there); a failed run leaves it to scrapes.
+    // slow predicate's measurement is cut short there), from where its index walk ended; a
+    // failed run leaves it to scrapes.
     let measured = closed.outcome != Outcome::Error
         && matches!(
             bounded(
                 || {
-                    table_gauges::after_run(policy_id);
+                    table_gauges::after_run(policy_id, closed.age_from.as_deref());
                     Ok(())
                 },
                 Unkept::No
