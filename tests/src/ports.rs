@@ -74,3 +74,20 @@ fn seed() -> u64 {
         .unwrap_or(1);
     ((u64::from(std::process::id()) << 32) ^ nanos) | 1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{ephemeral_low, free_ports};
+    use std::collections::HashSet;
+
+    #[test]
+    fn ports_are_distinct_bindable_and_below_the_ephemeral_range() {
+        let ports = free_ports(16);
+        assert_eq!(ports.iter().collect::<HashSet<_>>().len(), 16, "{ports:?}");
+        let low = ephemeral_low();
+        for p in &ports {
+            assert!(*p < low, "{p} is in the ephemeral range from {low}");
+            std::net::TcpListener::bind(("127.0.0.1", *p)).expect("still free");
+        }
+    }
+}
