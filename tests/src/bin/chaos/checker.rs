@@ -21,7 +21,6 @@
 
 use crate::readback::{matches_shadow, read_rows, Seen};
 use crate::world::{Outcome, RowShadow, Table, World};
-
 use pg_retention_integration::archiver::Archiver;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -365,10 +364,7 @@ pub fn check(
         }
     }
     let ever_held: HashSet<(Table, i32)> = holds.iter().map(|h| (h.table, h.subject)).collect();
-    // Whether archive `archive`'s prune may rightly have kept the row (`complete_batch` deletes
-    // only the claimed rows still eligible and unheld): its subject was held at some time, or
-    // the row was not surely eligible then under the version that pruned (a window widened
-    // between claim and prune). Without a prune entry or a known window it cannot be judged.
+    // `prune_may_have_kept` for the prune of archive `archive`, its window by the version it names.
     let may_have_kept = |archive: i64, row: &RowShadow| -> bool {
         let prune = pruned_at.get(&archive).map(|(at, policy, version)| {
             let policy = policy.clone().unwrap_or_default();
