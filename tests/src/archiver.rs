@@ -13,7 +13,18 @@ pub fn binary() -> PathBuf {
             let target = std::env::var_os("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| root.join("target"));
-            let status = Command::new(env!("CARGO"))
+            // The rustc beside this cargo: through rustup's proxy, a dependency's own
+            // rust-toolchain.toml (flagset pins 1.65) would pick a toolchain that is not here.
+            let cargo = PathBuf::from(env!("CARGO"));
+            let mut build = Command::new(&cargo);
+            if let Some(rustc) = cargo
+                .parent()
+                .map(|bin| bin.join("rustc"))
+                .filter(|p| p.exists())
+            {
+                build.env("RUSTC", rustc);
+            }
+            let status = build
                 .args(["build", "-q", "-p", "pg-retention-archiver"])
                 .current_dir(&root)
                 .status()
