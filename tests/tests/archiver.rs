@@ -684,6 +684,77 @@ fn killed_after_claim_a_new_archiver_finishes_without_duplicates() {
     killed_at("after-claim");
 }
 
+/// Chaos seed 505 (60 minutes): an archiver killed after its claim came back under the same
+/// owner, while a row of its batch had been erased meanwhile. Each restart resumed that batch,
+/// could not render it again (RT502), and tried again two seconds later, for 42 minutes, never
+/// claiming another batch; with all three archivers so stuck nothing ended their leases.
+#[test]
+fn a_resumed_batch_whose_rows_vanished_is_released_and_its_rows_claimed_afresh() {
+    let c = Cluster::start(&[]);
+    let mut db = c.connect("postgres");
+    mixed_audit(&mut db, 400);
+    let (dir, url) = file_store();
+    let a = Archiver::new(&c.archiver_url("postgres"), &url);
+    let o = a
+        .clone()
+        .with_env("PG_RETENTION_ARCHIVER_FAULT", "after-claim")
+        .run(&["once"]);
+    assert!(
+        !o.status.success(),
+        "the fault kills the archiver after its claim"
+    );
+    let batch: String = db
+        .query_one(
+            "SELECT id::text FROM retention.batches WHERE state = 'claimed'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    // A row of the claimed batch vanishes, as an erasure or the application's delete does
+    // (the superuser with triggers off stands in for them; the test is the archiver's side).
+    db.batch_execute(&format!(
+        "SET session_replication_role = replica;
+         DELETE FROM audit WHERE id = (SELECT min(id) FROM audit WHERE {ELIGIBLE});
+         RESET session_replication_role;
+         DELETE FROM expected WHERE id NOT IN (SELECT id FROM audit);"
+    ))
+    .unwrap();
+    let (before, want) = (total(&mut db), eligible(&mut db));
+    // The same owner comes back: its batch can never be pruned, so the claim gives it up and
+    // takes the rows left afresh.
+    let o = a.run(&["once"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(eligible(&mut db), 0);
+    assert_eq!(total(&mut db), before - want);
+    assert_nothing_lost(&mut db);
+    assert_eq!(
+        scalar(
+            &mut db,
+            &format!(
+                "SELECT count(*) FROM retention.ledger WHERE method = 'release'
+                  AND detail->>'batch' = '{batch}' AND detail->>'cause' = 'refused'
+                  AND detail->>'reason' LIKE 'resumed, but 1 of its % rows changed, moved or vanished since the claim'"
+            )
+        ),
+        1,
+        "the resumed batch is released, and says why"
+    );
+    assert_eq!(
+        scalar(
+            &mut db,
+            "SELECT count(*) FROM retention.batches WHERE state = 'claimed'"
+        ),
+        0,
+        "nothing is left claimed"
+    );
+    assert_eq!(
+        scalar(&mut db, "SELECT count(*) FROM retention.archives"),
+        1,
+        "the rows left are archived once, in one new batch"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn killed_mid_upload_the_partial_object_is_never_trusted() {
     killed_at("mid-upload");

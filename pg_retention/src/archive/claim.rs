@@ -78,7 +78,22 @@ pub fn claim_with_slice(
     };
     let slice = match c.slice {
         Some(slice) => slice,
-        None => slice::batch_slice(&c.batch)?,
+        None => match slice::batch_slice(&c.batch) {
+            Ok(slice) => slice,
+            // A resumed batch whose rows changed or vanished since its claim (an erasure, the
+            // application's delete) can never be pruned: resumed again and again, it would
+            // keep its owner from ever claiming another. It is given up, and its rows that are
+            // still eligible are claimed afresh.
+            Err(RetentionError::ArchiveMismatch { reason, .. }) => {
+                lease::release(
+                    &c.batch,
+                    &format!("resumed, but {reason}"),
+                    Some(lease::ReleaseCause::Refused),
+                )?;
+                return claim_with_slice(name, max_rows, lease, owner, false);
+            }
+            Err(e) => return Err(e),
+        },
     };
     Ok(Some((c.batch, slice, c.more)))
 }
