@@ -710,15 +710,28 @@ fn a_resumed_batch_whose_rows_vanished_is_released_and_its_rows_claimed_afresh()
         )
         .unwrap()
         .get(0);
-    // A row of the claimed batch vanishes, as an erasure or the application's delete does
-    // (the superuser with triggers off stands in for them; the test is the archiver's side).
-    db.batch_execute(&format!(
-        "SET session_replication_role = replica;
-         DELETE FROM audit WHERE id = (SELECT min(id) FROM audit WHERE {ELIGIBLE});
-         RESET session_replication_role;
-         DELETE FROM expected WHERE id NOT IN (SELECT id FROM audit);"
-    ))
+    // A row of the claimed batch is erased meanwhile, as in the chaos run: by `dpo`, a member
+    // of retention_eraser with SELECT and DELETE on the table.
+    db.batch_execute(
+        "CREATE ROLE dpo LOGIN IN ROLE retention_eraser;
+         GRANT SELECT, DELETE ON audit TO dpo;",
+    )
     .unwrap();
+    let victim = scalar(
+        &mut db,
+        &format!("SELECT min(id) FROM audit WHERE {ELIGIBLE}"),
+    );
+    let erased: i64 = c
+        .connect_as("postgres", "dpo")
+        .query_one(
+            &format!("SELECT retention.erase('audit', 'id = {victim}', 'DSR-1', 'dpo desk')"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(erased, 1);
+    db.batch_execute("DELETE FROM expected WHERE id NOT IN (SELECT id FROM audit)")
+        .unwrap();
     let (before, want) = (total(&mut db), eligible(&mut db));
     // The same owner comes back: its batch can never be pruned, so the claim gives it up and
     // takes the rows left afresh.
