@@ -3,7 +3,8 @@
 //! dispatches; each command lives in its module, every statement sent to the database in
 //! `db`, every exit code in `exit`.
 #![deny(rust_2018_idioms)]
-#![forbid(unsafe_code)]
+// `unsafe` only where `memory` sets a malloc parameter (allowed there, with its reason).
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod cli;
@@ -16,6 +17,7 @@ mod fault;
 mod http;
 mod keys;
 mod lifecycle;
+mod memory;
 mod metrics;
 mod namespace;
 mod ops;
@@ -177,6 +179,7 @@ async fn expire_step(
 }
 
 fn main() -> ExitCode {
+    memory::one_arena();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version.
