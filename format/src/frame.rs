@@ -49,16 +49,20 @@ fn put_str(buf: &mut Vec<u8>, s: &str) {
 
 /// The bytes [`put_values`] writes for `values`: a 5-byte header bound per array and per
 /// string, enough to reserve once.
-fn values_len_bound<S: AsRef<str>>(values: &[Option<S>]) -> usize {
-    values.iter().fold(5, |n, v| {
+fn values_len_bound<'v, S: AsRef<str> + 'v>(values: impl Iterator<Item = &'v Option<S>>) -> usize {
+    values.fold(5, |n, v| {
         n.saturating_add(v.as_ref().map_or(1, |s| s.as_ref().len().saturating_add(5)))
     })
 }
 
 /// One array of strings and nils, written straight into `buf` (the frames are hand-encoded: a
 /// generic encoder's writer calls cost as much as the values on a claim's hot path).
-fn put_values<S: AsRef<str>>(buf: &mut Vec<u8>, values: &[Option<S>]) {
-    put_array_len(buf, values.len());
+fn put_values<'v, S: AsRef<str> + 'v>(
+    buf: &mut Vec<u8>,
+    len: usize,
+    values: impl Iterator<Item = &'v Option<S>>,
+) {
+    put_array_len(buf, len);
     for v in values {
         match v {
             None => buf.push(0xc0),
@@ -74,16 +78,46 @@ pub fn append_frame<S: AsRef<str>>(
     key: &[Option<S>],
     columns: &[Option<S>],
 ) -> Result<usize> {
+    append(out, key.len(), || key.iter(), columns)
+}
+
+/// [`append_frame`] of a row whose key values are its columns at `key_at` (the same bytes; no
+/// key is gathered first: a claim frames every row it reads).
+pub fn append_frame_keyed<S: AsRef<str>>(
+    out: &mut Vec<u8>,
+    key_at: &[usize],
+    columns: &[Option<S>],
+) -> Result<usize> {
+    if let Some(&past) = key_at.iter().find(|&&i| i >= columns.len()) {
+        return Err(FormatError::Malformed {
+            offset: out.len(),
+            reason: format!("key column {past} of a row of {} columns", columns.len()),
+        });
+    }
+    append(
+        out,
+        key_at.len(),
+        || key_at.iter().map(|&i| &columns[i]),
+        columns,
+    )
+}
+
+fn append<'v, S: AsRef<str> + 'v, K: Iterator<Item = &'v Option<S>>>(
+    out: &mut Vec<u8>,
+    key_len: usize,
+    key: impl Fn() -> K,
+    columns: &'v [Option<S>],
+) -> Result<usize> {
     // One reservation for the frame (at most the largest frame allowed: a row past it is
     // written, then refused, without reserving for all of it first).
-    let bound = values_len_bound(key).saturating_add(values_len_bound(columns));
+    let bound = values_len_bound(key()).saturating_add(values_len_bound(columns.iter()));
     out.reserve(bound.min(MAX_FRAME_LEN).saturating_add(5));
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
     // [key values, column values]
     out.push(0x92);
-    put_values(out, key);
-    put_values(out, columns);
+    put_values(out, key_len, key());
+    put_values(out, columns.len(), columns.iter());
     let body = out.len() - start - 4;
     if body > MAX_FRAME_LEN {
         out.truncate(start);
@@ -298,6 +332,20 @@ mod tests {
                 let mut ours = vec![0xee]; // appended after what is there
                 let n = append_frame(&mut ours, &key, &columns).unwrap();
                 assert_eq!(n, ours.len() - 1);
+                if key_len <= width {
+                    // The same row keyed by the positions of its key among its columns.
+                    let at: Vec<usize> = (0..key_len).map(|i| (i * 5) % width.max(1)).collect();
+                    let keyed: Vec<Option<String>> =
+                        at.iter().map(|&i| columns[i].clone()).collect();
+                    let mut by_place = vec![0xee];
+                    append_frame_keyed(&mut by_place, &at, &columns).unwrap();
+                    let mut gathered = vec![0xee];
+                    append_frame(&mut gathered, &keyed, &columns).unwrap();
+                    assert_eq!(
+                        by_place, gathered,
+                        "width {width}, key {key_len}: keyed frame differs"
+                    );
+                }
                 let theirs = rmp_frame(&key, &columns);
                 assert!(
                     ours[1..] == theirs[..],
@@ -314,6 +362,14 @@ mod tests {
             append_frame(&mut ours, &key, &columns).unwrap();
             assert_eq!(ours, rmp_frame(&key, &columns), "a {n}-byte string");
         }
+    }
+
+    #[test]
+    fn a_key_position_past_the_columns_is_refused_and_nothing_appended() {
+        let mut out = vec![1, 2];
+        let columns = [Some("a"), None];
+        assert!(append_frame_keyed(&mut out, &[2], &columns).is_err());
+        assert_eq!(out, vec![1, 2]);
     }
 
     #[test]

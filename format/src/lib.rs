@@ -16,7 +16,9 @@ pub mod verify;
 
 pub use digest::SliceHasher;
 pub use error::{FormatError, Result};
-pub use frame::{append_frame, count_frames, decode_frames, encode_frame, Row, MAX_FRAME_LEN};
+pub use frame::{
+    append_frame, append_frame_keyed, count_frames, decode_frames, encode_frame, Row, MAX_FRAME_LEN,
+};
 pub use manifest::{ColumnSpec, Manifest, FORMAT_VERSION};
 pub use names::quote_ident;
 pub use stream::StreamDecoder;

@@ -20,7 +20,7 @@ pub use tid_plans::{render_batch, versions_at};
 
 use crate::catalog::{KeyAt, RelationInfo};
 use crate::error::{Result, RetentionError};
-use pg_retention_format::append_frame;
+use pg_retention_format::{append_frame, append_frame_keyed};
 use pgrx::datum::DatumWithOid;
 use stream::for_each_rendered;
 
@@ -54,6 +54,13 @@ pub fn render_rows(
         KeyAt::Columns(at) => at.len(),
         KeyAt::Place => 1,
     };
+    if let KeyAt::Columns(at) = &layout.key_at {
+        if let Some(&past) = at.iter().find(|&&i| i >= width) {
+            return Err(RetentionError::Internal(format!(
+                "key column {past} is not among the {width} rendered"
+            )));
+        }
+    }
     let mut out = Rendered::default();
     let mut first = true;
     let extremes = for_each_rendered(
@@ -73,21 +80,30 @@ pub fn render_rows(
                 out.xmins.reserve(if xmin.is_some() { rows } else { 0 });
                 out.ends.reserve(if layout.frames { rows } else { 0 });
             }
-            let place_text;
-            let key: Vec<Option<&str>> = match &layout.key_at {
-                KeyAt::Columns(at) => at.iter().map(|&i| columns[i]).collect(),
+            // No key is gathered per row: the frame takes the key columns by position (checked
+            // above to lie among them).
+            let framed = match &layout.key_at {
+                KeyAt::Columns(at) => {
+                    out.keys
+                        .extend(at.iter().map(|&i| columns[i].map(str::to_owned)));
+                    layout
+                        .frames
+                        .then(|| append_frame_keyed(&mut out.slice, at, columns))
+                }
                 KeyAt::Place => {
                     let (block, item) = place.ok_or_else(|| {
                         RetentionError::Internal("a row keyed by its place has no ctid".into())
                     })?;
-                    place_text = format!("({block},{item})");
-                    vec![Some(place_text.as_str())]
+                    let place_text = format!("({block},{item})");
+                    let frame = layout.frames.then(|| {
+                        append_frame(&mut out.slice, &[Some(place_text.as_str())], columns)
+                    });
+                    out.keys.push(Some(place_text));
+                    frame
                 }
             };
-            out.keys.extend(key.iter().map(|k| k.map(str::to_owned)));
-            if layout.frames {
-                append_frame(&mut out.slice, &key, columns)
-                    .map_err(|e| RetentionError::Internal(e.to_string()))?;
+            if let Some(framed) = framed {
+                framed.map_err(|e| RetentionError::Internal(e.to_string()))?;
                 if first {
                     // The slice sized from the first frame (with a margin), not grown by
                     // doubling and copied again and again: a 10,000-row slice is a few
