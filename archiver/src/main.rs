@@ -179,7 +179,7 @@ async fn expire_step(
 }
 
 fn main() -> ExitCode {
-    memory::one_arena();
+    memory::tune();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version.

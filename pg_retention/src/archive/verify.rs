@@ -146,6 +146,13 @@ pub fn matched(
     found: &Rendered,
 ) -> Result<(Vec<bool>, usize)> {
     let arity = rel.key_arity();
+    if found.places == claimed.places && found.xmins == claimed.xmins && found.keys == claimed.keys
+    {
+        // Every claimed row, in the claim's order: what a prune that deleted the whole batch
+        // finds in a table whose key order is its storage order (the delete returns its rows
+        // by place). Compared pairwise, without the sort and the searches below.
+        return Ok((vec![true; claimed.places.len()], 0));
+    }
     // Claimed versions sorted, each found one looked up by binary search: in perf about half
     // of what a SipHash map cost (7 % of a prune's CPU against 13 %).
     let mut at: Vec<(Version, usize)> = claimed
