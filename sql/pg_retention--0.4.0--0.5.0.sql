@@ -968,6 +968,16 @@ SET search_path TO pg_catalog, pg_temp
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', '_extend_lease_wrapper';
 
+-- pg_retention/src/catalog/hold.rs:117
+-- pg_retention::catalog::hold::_hold_count
+CREATE OR REPLACE FUNCTION "_hold_count"(
+	"relation" oid /* pg_sys :: Oid */
+) RETURNS bigint /* i64 */
+STRICT STABLE SECURITY DEFINER
+SET search_path TO pg_catalog, pg_temp
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', '_hold_count_wrapper';
+
 -- pg_retention/src/api/hold.rs:157
 -- pg_retention::api::hold::_hold_matches
 CREATE OR REPLACE FUNCTION "_hold_matches"(
@@ -1786,14 +1796,9 @@ LANGUAGE sql
 AS $fn$ SELECT retention._lift_hold(hold_id, actor, reason) $fn$;
 
 -- retention._below (a table and every partition under it) and retention._tree_of (the tables
--- that share rows with a table) are in Rust: src/catalog/tree.rs.
-
--- How many holds have ever reached a table's rows: the hold fence of the delete statements,
--- which run as a policy's owner and cannot read the catalog themselves.
-CREATE OR REPLACE FUNCTION retention._hold_count(relation oid) RETURNS bigint
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT count(*) FROM retention.hold_records h
-         WHERE h.relation::oid IN (SELECT retention._tree_of(_hold_count.relation)) $fn$;
+-- that share rows with a table) are in Rust: src/catalog/tree.rs. So is retention._hold_count
+-- (how many holds have ever reached a table's rows: the hold fence of the delete statements,
+-- which run as a policy's owner and cannot read the catalog themselves): src/catalog/hold.rs.
 
 -- pg_retention/src/api/consumer.rs:263
 -- pg_retention::api::consumer::_unregister_consumer

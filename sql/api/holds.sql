@@ -13,11 +13,6 @@ LANGUAGE sql
 AS $fn$ SELECT retention._lift_hold(hold_id, actor, reason) $fn$;
 
 -- retention._below (a table and every partition under it) and retention._tree_of (the tables
--- that share rows with a table) are in Rust: src/catalog/tree.rs.
-
--- How many holds have ever reached a table's rows: the hold fence of the delete statements,
--- which run as a policy's owner and cannot read the catalog themselves.
-CREATE FUNCTION retention._hold_count(relation oid) RETURNS bigint
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fn$ SELECT count(*) FROM retention.hold_records h
-         WHERE h.relation::oid IN (SELECT retention._tree_of(_hold_count.relation)) $fn$;
+-- that share rows with a table) are in Rust: src/catalog/tree.rs. So is retention._hold_count
+-- (how many holds have ever reached a table's rows: the hold fence of the delete statements,
+-- which run as a policy's owner and cannot read the catalog themselves): src/catalog/hold.rs.

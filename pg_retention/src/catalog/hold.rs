@@ -1,9 +1,10 @@
 //! `retention.hold_records` and `retention.hold_lifts`: legal holds, placed and lifted by
 //! appending, never changed; and the fence that lets a hold placed mid-batch win.
 
-use crate::catalog::{query_json, query_json_kept};
-use crate::error::{returned_nothing, Result, RetentionError};
+use crate::catalog::{prepared, query_json, query_json_kept};
+use crate::error::{returned_nothing, OrReport, Result, RetentionError};
 use pgrx::prelude::*;
+use pgrx::PgOid;
 
 /// An active legal hold whose reach includes a governed table's rows.
 #[derive(Debug, Clone, serde::Deserialize)]
@@ -63,11 +64,7 @@ pub struct HoldFence {
 impl HoldFence {
     /// Counts the table's hold records, then reads its active holds (in that order).
     pub fn read(relation: u32) -> Result<(HoldFence, Vec<Hold>)> {
-        let seen = Spi::get_one_with_args::<i64>(
-            "SELECT retention._hold_count($1::bigint::oid)",
-            &[i64::from(relation).into()],
-        )?
-        .ok_or_else(|| returned_nothing("counting hold records"))?;
+        let seen = hold_count(relation)?;
         Ok((HoldFence { relation, seen }, active_holds(relation)?))
     }
 
@@ -97,6 +94,30 @@ impl HoldFence {
         Spi::get_one::<bool>(&format!("SELECT {}", self.tripped()))?
             .ok_or_else(|| returned_nothing("the hold fence"))
     }
+}
+
+/// How many hold records have ever reached the rows of table `relation` (those placed on any
+/// table of its partition tree, `retention._tree_of`), in the current snapshot: hold records
+/// are appended and never removed, so a greater count means a hold placed since.
+pub fn hold_count(relation: u32) -> Result<i64> {
+    let plan = prepared::cached(
+        "SELECT count(*) FROM retention.hold_records h WHERE h.relation::oid = ANY ($1)",
+        &[PgOid::BuiltIn(pg_sys::BuiltinOid::OIDARRAYOID)],
+        false,
+    )?;
+    let tree = super::tree::tree_of(pg_sys::Oid::from(relation));
+    prepared::one::<i64>(&plan, &[tree.into()])?
+        .ok_or_else(|| returned_nothing("counting hold records"))
+}
+
+/// `retention._hold_count(relation)`: [`hold_count`] for the delete statements, which run as a
+/// policy's owner and cannot read the catalog themselves. In Rust with its statement planned
+/// once per backend: a SQL function is parsed and planned again at every call, and every
+/// sweep step calls this once.
+#[pg_extern(stable, security_definer)]
+#[search_path(pg_catalog, pg_temp)]
+fn _hold_count(relation: pg_sys::Oid) -> i64 {
+    hold_count(relation.to_u32()).or_report()
 }
 
 /// A hold to record.

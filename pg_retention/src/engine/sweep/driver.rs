@@ -153,7 +153,9 @@ pub fn begin(policy_id: i64, cycle_remaining: Option<i64>, contained: bool) -> R
 }
 
 /// Runs the next part of run `token`: [`Advance::Done`] when it is over, else a step, or,
-/// after a step, the pacing check that decides whether the next one must wait.
+/// after a step, the pacing check that decides whether the next one must wait, and the next
+/// step with it when it need not: a step and the check before it share a transaction, so a
+/// run commits once per step.
 pub fn advance(token: i64) -> Result<Advance> {
     let run = runs::get(token)?;
     if run.state.done {
@@ -161,7 +163,10 @@ pub fn advance(token: i64) -> Result<Advance> {
     }
     match run.next {
         Next::Step => step(token, run),
-        Next::Pace => pace(token, run),
+        Next::Pace => match pace(token, run)? {
+            Advance::Go => step(token, runs::get(token)?),
+            wait => Ok(wait),
+        },
     }
 }
 
