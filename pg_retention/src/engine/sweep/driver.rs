@@ -1,8 +1,8 @@
 //! The one definition of a run, for `CALL retention.run()` and the background worker alike:
 //! [`begin`] (the pruner lock, the start, the keeping of the run), [`advance`] (the next part:
-//! a step, or a pacing check between two steps), [`end`] (the close, the lock let go of, the
-//! table's gauges). Each part runs in a transaction of its own, which the caller commits: the
-//! procedure with COMMIT, the worker with a transaction per part. The run's state stays a
+//! a step, after the pacing check that follows the step before it), [`end`] (the close, the
+//! lock let go of, the table's gauges). Each part runs in a transaction of its own, which the
+//! caller commits: the procedure with COMMIT, the worker with a transaction per part. The run's state stays a
 //! [`SweepState`] in this backend from start to end (`runs.rs`); callers hold only its token.
 //!
 //! Every part runs with the extension owner's privileges, taken by its caller: the SQL entry
@@ -28,8 +28,8 @@ use std::time::Instant;
 pub enum Advance {
     /// The run is over (nothing ran): [`end`] it.
     Done,
-    /// A part ran (a step, or a pacing check that lets the next step go): commit, then
-    /// advance again.
+    /// A step ran (with the pacing check before it, after the first): commit, then advance
+    /// again.
     Go,
     /// Pacing holds the next step back: commit, wait up to `seconds`, then advance again (which
     /// checks again). `reason` says why (`replica_lag`, `wal_rate`).
