@@ -1,6 +1,7 @@
 //! `retention.hold_records` and `retention.hold_lifts`: legal holds, placed and lifted by
 //! appending, never changed; and the fence that lets a hold placed mid-batch win.
 
+use crate::catalog::announce::{self, Changed};
 use crate::catalog::{prepared, query_json, query_json_kept};
 use crate::error::{returned_nothing, OrReport, Result, RetentionError};
 use pgrx::prelude::*;
@@ -100,14 +101,29 @@ impl HoldFence {
 /// table of its partition tree, `retention._tree_of`), in the current snapshot: hold records
 /// are appended and never removed, so a greater count means a hold placed since.
 pub fn hold_count(relation: u32) -> Result<i64> {
-    let plan = prepared::cached(
-        "SELECT count(*) FROM retention.hold_records h WHERE h.relation::oid = ANY ($1)",
-        &[PgOid::BuiltIn(pg_sys::BuiltinOid::OIDARRAYOID)],
-        false,
-    )?;
     let tree = super::tree::tree_of(pg_sys::Oid::from(relation));
-    prepared::one::<i64>(&plan, &[tree.into()])?
-        .ok_or_else(|| returned_nothing("counting hold records"))
+    let count = match tree.as_slice() {
+        // A table outside any partition tree, the usual case, counts with a scalar argument:
+        // with an array argument Postgres plans the statement again at every call (its generic
+        // plan, costed for ten elements, never looks cheaper than one planned for one).
+        [only] => {
+            let plan = prepared::cached(
+                "SELECT count(*) FROM retention.hold_records h WHERE h.relation::oid = $1",
+                &[PgOid::BuiltIn(pg_sys::BuiltinOid::OIDOID)],
+                false,
+            )?;
+            prepared::one::<i64>(&plan, &[(*only).into()])?
+        }
+        _ => {
+            let plan = prepared::cached(
+                "SELECT count(*) FROM retention.hold_records h WHERE h.relation::oid = ANY ($1)",
+                &[PgOid::BuiltIn(pg_sys::BuiltinOid::OIDARRAYOID)],
+                false,
+            )?;
+            prepared::one::<i64>(&plan, &[tree.into()])?
+        }
+    };
+    count.ok_or_else(|| returned_nothing("counting hold records"))
 }
 
 /// `retention._hold_count(relation)`: [`hold_count`] for the delete statements, which run as a
@@ -141,7 +157,7 @@ pub struct NewHold<'a> {
 impl NewHold<'_> {
     /// Appends the hold record; returns its id.
     pub fn append(&self) -> Result<i64> {
-        Spi::get_one_with_args::<i64>(
+        let id = Spi::get_one_with_args::<i64>(
             "INSERT INTO retention.hold_records (relation, relation_name, predicate, reason, actor, placed_by, enforced)
              VALUES ($1::bigint::oid, $2, $3, $4, $5, $6::bigint::oid, $7) RETURNING id",
             &[
@@ -154,7 +170,9 @@ impl NewHold<'_> {
                 self.enforced.into(),
             ],
         )?
-        .ok_or_else(|| returned_nothing("hold insert"))
+        .ok_or_else(|| returned_nothing("hold insert"))?;
+        announce::changed(Changed::HoldRecords)?;
+        Ok(id)
     }
 }
 
@@ -191,7 +209,7 @@ pub fn append_lift(id: i64, actor: &str, reason: &str) -> Result<()> {
         "INSERT INTO retention.hold_lifts (hold_id, actor, reason) VALUES ($1, $2, $3)",
         &[id.into(), actor.into(), reason.into()],
     )?;
-    Ok(())
+    announce::changed(Changed::HoldLifts)
 }
 
 /// A hold as a per-row check evaluates it.

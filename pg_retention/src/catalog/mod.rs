@@ -7,9 +7,11 @@
 //! leaves detached to be dropped whole (`retiring.rs`), the gauges metrics() keeps between
 //! scrapes (`gauges.rs`).
 //! `tree.rs` reads a table's partition tree without locks (`retention._below`, `_tree_of`).
+//! `announce.rs` tells the backends that keep a run's context that a policy or hold changed.
 //! `relation.rs` describes governed tables from the system catalogs. The worker's state
 //! (`worker_state.rs`) is written through the worker's SQL functions in `sql/api/runs.sql`.
 
+pub mod announce;
 pub mod archived_rows;
 pub mod batch;
 pub mod class;

@@ -19,6 +19,7 @@ use crate::error::Result;
 use crate::gucs;
 use pgrx::prelude::*;
 use serde::{Deserialize, Serialize};
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// Why a sweep pauses.
@@ -61,6 +62,16 @@ pub struct Pace {
 /// How long a pause for a lagging replica lasts before the lag is read again.
 const LAG_POLL_SECONDS: f64 = 0.5;
 
+/// How long a reading of the replicas' replay lag stands. A standby reports its lag every
+/// `wal_receiver_status_interval` (10 s by default), so a reading taken between every two steps
+/// (a few milliseconds apart) mostly reads the same figure again, at 2 % of a run's time.
+const LAG_READING_LASTS: Duration = Duration::from_millis(100);
+
+thread_local! {
+    /// The last reading of the replay lag (milliseconds), and when it was taken.
+    static LAG_READING: Cell<Option<(Instant, f64)>> = const { Cell::new(None) };
+}
+
 /// Charges `wal_bytes` (what the step just written wrote) to the database's WAL budget and
 /// says whether the next step must wait, and why.
 pub fn pace(wal_bytes: i64) -> Result<Pace> {
@@ -81,16 +92,7 @@ pub fn pace(wal_bytes: i64) -> Result<Pace> {
     }
     let max_lag = gucs::max_replica_lag_ms();
     if max_lag > 0 {
-        // Planned once per backend: this runs after every step. The WAL senders' own function,
-        // not the pg_stat_replication view, which joins it to every backend's activity (a copy
-        // of all of them per call: about a millisecond, as long as a step's deletes).
-        let plan = prepared::cached(
-            "SELECT coalesce(max(extract(epoch FROM r.replay_lag)), 0)::float8 * 1000
-               FROM pg_catalog.pg_stat_get_wal_senders() r WHERE r.state = 'streaming'",
-            &[],
-            false,
-        )?;
-        let lag = prepared::one::<f64>(&plan, &[])?.unwrap_or(0.0);
+        let lag = replica_lag_ms()?;
         pace.replica_lag_ms = Some(lag);
         if lag > max_lag as f64 {
             pace.pause = pace.pause.max(LAG_POLL_SECONDS);
@@ -98,6 +100,28 @@ pub fn pace(wal_bytes: i64) -> Result<Pace> {
         }
     }
     Ok(pace)
+}
+
+/// The largest replay lag of a streaming replica, in milliseconds (0 without one): a reading
+/// younger than [`LAG_READING_LASTS`], or a new one.
+fn replica_lag_ms() -> Result<f64> {
+    if let Some((at, lag)) = LAG_READING.get() {
+        if at.elapsed() < LAG_READING_LASTS {
+            return Ok(lag);
+        }
+    }
+    // Planned once per backend. The WAL senders' own function, not the pg_stat_replication
+    // view, which joins it to every backend's activity (a copy of all of them per call: about a
+    // millisecond, as long as a step's deletes).
+    let plan = prepared::cached(
+        "SELECT coalesce(max(extract(epoch FROM r.replay_lag)), 0)::float8 * 1000
+           FROM pg_catalog.pg_stat_get_wal_senders() r WHERE r.state = 'streaming'",
+        &[],
+        false,
+    )?;
+    let lag = prepared::one::<f64>(&plan, &[])?.unwrap_or(0.0);
+    LAG_READING.set(Some((Instant::now(), lag)));
+    Ok(lag)
 }
 
 /// The WAL this backend has written so far, in bytes.

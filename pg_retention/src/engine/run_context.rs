@@ -8,7 +8,11 @@
 //! partitions they are placed on — and reloads everything only when the
 //! fingerprint differs from the one the cached context was read with. A change committed between
 //! steps therefore takes effect at the next step, exactly as when everything was reloaded.
-
+//!
+//! Every one of those changes also sends an invalidation (DDL by itself, policy and hold writes
+//! through `catalog/announce.rs`), so a step whose backend has received none since the context
+//! was read skips even the fingerprint (its executor start alone cost a twentieth of a step).
+use crate::catalog::announce::invalidations_received;
 use crate::catalog::policy::fingerprint;
 use crate::catalog::{Hold, HoldFence, Policy, RelationInfo};
 use crate::error::Result;
@@ -28,18 +32,41 @@ pub struct RunContext {
 }
 
 thread_local! {
-    /// (run id, fingerprint, context) of the run this backend swept last.
-    static CACHED: RefCell<Option<(String, String, RunContext)>> = const { RefCell::new(None) };
+    /// The context of the run this backend swept last.
+    static CACHED: RefCell<Option<Cached>> = const { RefCell::new(None) };
+}
+
+/// A context with what it was read under.
+struct Cached {
+    run_id: String,
+    /// The invalidations this backend had received before the fingerprint was read.
+    invalidations: u64,
+    fingerprint: String,
+    ctx: RunContext,
 }
 
 /// The context for the next step of run `run_id` of policy `policy_id`: the cached one when
 /// nothing changed, else read afresh. None when the policy was dropped.
 pub fn for_step(run_id: &str, policy_id: i64) -> Result<Option<RunContext>> {
+    // Read first: an invalidation received while the rest is read makes the next step look again.
+    let invalidations = invalidations_received();
+    let unchanged = CACHED.with(|c| match &*c.borrow() {
+        Some(cached) if cached.run_id == run_id && cached.invalidations == invalidations => {
+            Some(cached.ctx.clone())
+        }
+        _ => None,
+    });
+    if let Some(ctx) = unchanged {
+        return Ok(Some(ctx));
+    }
     let Some(fingerprint) = fingerprint(policy_id)? else {
         return Ok(None);
     };
-    let hit = CACHED.with(|c| match &*c.borrow() {
-        Some((run, fp, ctx)) if run == run_id && *fp == fingerprint => Some(ctx.clone()),
+    let hit = CACHED.with(|c| match &mut *c.borrow_mut() {
+        Some(cached) if cached.run_id == run_id && cached.fingerprint == fingerprint => {
+            cached.invalidations = invalidations;
+            Some(cached.ctx.clone())
+        }
         _ => None,
     });
     if let Some(ctx) = hit {
@@ -59,6 +86,13 @@ pub fn for_step(run_id: &str, policy_id: i64) -> Result<Option<RunContext>> {
     };
     // The fingerprint was read before the context: a change committed in between makes the
     // next step's fingerprint differ, and that step reads everything again.
-    CACHED.with(|c| *c.borrow_mut() = Some((run_id.to_owned(), fingerprint, ctx.clone())));
+    CACHED.with(|c| {
+        *c.borrow_mut() = Some(Cached {
+            run_id: run_id.to_owned(),
+            invalidations,
+            fingerprint,
+            ctx: ctx.clone(),
+        })
+    });
     Ok(Some(ctx))
 }

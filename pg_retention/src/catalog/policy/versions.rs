@@ -3,17 +3,20 @@
 //! version, never an update of an old one.
 
 use super::{Change, Policy, PolicySpec, FIELDS};
+use crate::catalog::announce::{changed, Changed};
 use crate::error::{returned_nothing, Result};
 use pgrx::prelude::*;
 
 impl Policy {
     /// A new policy id for `name`.
     pub fn new_id(name: &str) -> Result<i64> {
-        Spi::get_one_with_args::<i64>(
+        let id = Spi::get_one_with_args::<i64>(
             "INSERT INTO retention.policy_ids (name) VALUES ($1) RETURNING id",
             &[name.into()],
         )?
-        .ok_or_else(|| returned_nothing("policy insert"))
+        .ok_or_else(|| returned_nothing("policy insert"))?;
+        changed(Changed::PolicyIds)?;
+        Ok(id)
     }
 
     /// Marks policy `id` dropped (its versions and ledger stay).
@@ -22,7 +25,7 @@ impl Policy {
             "UPDATE retention.policy_ids SET dropped_at = now() WHERE id = $1",
             &[id.into()],
         )?;
-        Ok(())
+        changed(Changed::PolicyIds)
     }
 }
 
@@ -63,6 +66,8 @@ pub fn append_version(
             .join(", "),
         record = record.join(", "),
     );
-    Spi::get_one_with_args::<i32>(&sql, &args)?
-        .ok_or_else(|| returned_nothing("policy version insert"))
+    let version = Spi::get_one_with_args::<i32>(&sql, &args)?
+        .ok_or_else(|| returned_nothing("policy version insert"))?;
+    changed(Changed::PolicyVersions)?;
+    Ok(version)
 }
