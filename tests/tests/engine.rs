@@ -2040,3 +2040,92 @@ fn health_names_a_policy_skipped_as_locked_three_runs_in_a_row() {
     assert!(!reasons(&mut admin).contains("skipped"), "a run clears it");
     assert_eq!(count(&mut admin, "SELECT count(*) FROM t"), 0);
 }
+
+/// A run keeps what its steps plan with (policy, table, holds) while its backend receives no
+/// invalidation: a lift or a policy change committed between two steps of one run must send
+/// one, or the rest of the run would go on with the old context. Each `_run_advance` below is a
+/// transaction of its own, as in `CALL retention.run()`.
+#[test]
+fn a_lift_and_a_policy_change_between_two_steps_of_one_run_apply_from_the_next_step() {
+    let c = Cluster::start(&[]);
+    let (mut app, mut admin) = set_up(
+        &c,
+        "CREATE TABLE notes (id int PRIMARY KEY, created_at timestamptz NOT NULL);
+         CREATE INDEX notes_created_at ON notes (created_at);",
+    );
+    app.batch_execute(
+        "INSERT INTO notes SELECT g, now() - interval '90 days' + g * interval '1 minute'
+           FROM generate_series(1, 40) g;",
+    )
+    .unwrap();
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'notes', relation => 'notes', kind => 'age',
+                age_column => 'created_at', older_than => '30 days', batch_size => 10);",
+        )
+        .unwrap();
+    let hold = scalar(
+        &mut admin,
+        "SELECT retention.place_hold('notes', 'id > 20', 'case 7', 'legal@example')",
+    );
+    let id = scalar(
+        &mut admin,
+        "SELECT id FROM retention.policies WHERE name = 'notes'",
+    );
+    let mut other = c.admin("postgres");
+    let advance = |admin: &mut Client, token: i64| -> (i64, bool, String) {
+        admin
+            .batch_execute(&format!("SELECT retention._run_advance({token})"))
+            .unwrap();
+        let row = admin
+            .query_one(
+                &format!("SELECT deleted, done, coalesce(reason, '') FROM retention._run_progress({token})"),
+                &[],
+            )
+            .unwrap();
+        (row.get(0), row.get(1), row.get(2))
+    };
+
+    // The lift: the first step plans with the hold, the steps after the lift without it.
+    let token = scalar(&mut admin, &format!("SELECT retention._run_begin({id})"));
+    assert_eq!(advance(&mut admin, token).0, 10);
+    other
+        .batch_execute(&format!(
+            "SELECT retention.lift_hold({hold}, 'legal@example', 'case closed')"
+        ))
+        .unwrap();
+    let mut last = (0, false, String::new());
+    for _ in 0..10 {
+        last = advance(&mut admin, token);
+        if last.1 {
+            break;
+        }
+    }
+    admin
+        .batch_execute(&format!("SELECT * FROM retention._run_end({token})"))
+        .unwrap();
+    assert!(last.1, "the run ended: {last:?}");
+    assert_eq!(last.0, 40, "the held rows went once the lift committed");
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM notes"), 0);
+
+    // The policy change: disabled between two steps, the run stops at the next one.
+    app.batch_execute(
+        "INSERT INTO notes SELECT g, now() - interval '90 days' + g * interval '1 minute'
+           FROM generate_series(1, 40) g;",
+    )
+    .unwrap();
+    let token = scalar(&mut admin, &format!("SELECT retention._run_begin({id})"));
+    assert_eq!(advance(&mut admin, token).0, 10);
+    other
+        .batch_execute("SELECT retention.disable_policy('notes')")
+        .unwrap();
+    let (deleted, done, reason) = advance(&mut admin, token);
+    admin
+        .batch_execute(&format!("SELECT * FROM retention._run_end({token})"))
+        .unwrap();
+    assert!(done);
+    assert_eq!(deleted, 10);
+    // Disabling a policy is a new version of it.
+    assert!(reason.contains("version 2 during the run"), "{reason}");
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM notes"), 30);
+}

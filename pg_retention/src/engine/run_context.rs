@@ -6,12 +6,16 @@
 //! three — the policy's version and state, the table's catalog row and the foreign keys that
 //! reference it, the hold records and lifts that reach its rows and the leaves of the
 //! partitions they are placed on — and reloads everything only when the
-//! fingerprint differs from the one the cached context was read with. A change committed between
-//! steps therefore takes effect at the next step, exactly as when everything was reloaded.
+//! fingerprint differs from the one the cached context was read with.
 //!
 //! Every one of those changes also sends an invalidation (DDL by itself, policy and hold writes
 //! through `catalog/announce.rs`), so a step whose backend has received none since the context
 //! was read skips even the fingerprint (its executor start alone cost a twentieth of a step).
+//! A change committed between steps therefore takes effect at the next step; one whose commit
+//! is still completing as a step starts (visible, its invalidation not yet sent), at the step
+//! after. A hold placed then is kept all the same: the step's hold fence counts hold records in
+//! the deleting statement itself.
+
 use crate::catalog::announce::invalidations_received;
 use crate::catalog::policy::fingerprint;
 use crate::catalog::{Hold, HoldFence, Policy, RelationInfo};
