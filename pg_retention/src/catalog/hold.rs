@@ -101,29 +101,17 @@ impl HoldFence {
 /// table of its partition tree, `retention._tree_of`), in the current snapshot: hold records
 /// are appended and never removed, so a greater count means a hold placed since.
 pub fn hold_count(relation: u32) -> Result<i64> {
+    let plan = prepared::cached(
+        "SELECT count(*) FROM retention.hold_records h WHERE h.relation::oid = ANY ($1)",
+        &[PgOid::BuiltIn(pg_sys::BuiltinOid::OIDARRAYOID)],
+        false,
+    )?;
     let tree = super::tree::tree_of(pg_sys::Oid::from(relation));
-    let count = match tree.as_slice() {
-        // A table outside any partition tree, the usual case, counts with a scalar argument:
-        // with an array argument Postgres plans the statement again at every call (its generic
-        // plan, costed for ten elements, never looks cheaper than one planned for one).
-        [only] => {
-            let plan = prepared::cached(
-                "SELECT count(*) FROM retention.hold_records h WHERE h.relation::oid = $1",
-                &[PgOid::BuiltIn(pg_sys::BuiltinOid::OIDOID)],
-                false,
-            )?;
-            prepared::one::<i64>(&plan, &[(*only).into()])?
-        }
-        _ => {
-            let plan = prepared::cached(
-                "SELECT count(*) FROM retention.hold_records h WHERE h.relation::oid = ANY ($1)",
-                &[PgOid::BuiltIn(pg_sys::BuiltinOid::OIDARRAYOID)],
-                false,
-            )?;
-            prepared::one::<i64>(&plan, &[tree.into()])?
-        }
-    };
-    count.ok_or_else(|| returned_nothing("counting hold records"))
+    // Generic plans only: costed for an array of ten, the generic plan never looked cheaper
+    // than a custom plan for the tree's one or few tables, so the statement was planned again
+    // at every call (every step of a sweep calls this).
+    prepared::generic_plans(|| prepared::one::<i64>(&plan, &[tree.into()]))?
+        .ok_or_else(|| returned_nothing("counting hold records"))
 }
 
 /// `retention._hold_count(relation)`: [`hold_count`] for the delete statements, which run as a

@@ -60,6 +60,35 @@ pub fn cached(sql: &str, args: &[PgOid], mutating: bool) -> Result<Rc<OwnedPrepa
     Ok(plan)
 }
 
+/// Runs `f` with the plan cache handing out generic plans only (`plan_cache_mode =
+/// force_generic_plan`); the setting comes back after it, raised or not (an error raised inside
+/// unwinds through the guard's drop). For statements over an array parameter, whose custom
+/// plans see its elements: the plan cache may never settle on a generic plan for them, and then
+/// plans them again at every call (see `render/tid_plans.rs` and `catalog/hold.rs`).
+pub fn generic_plans<T>(f: impl FnOnce() -> T) -> T {
+    // Safety: the backend's own setting, read and written on its one thread; restored by the
+    // guard's drop on every path out of `f`.
+    let _guard = unsafe {
+        let before = pg_sys::plan_cache_mode;
+        pg_sys::plan_cache_mode =
+            pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as std::ffi::c_int;
+        GenericPlans { before }
+    };
+    f()
+}
+
+/// The setting [`generic_plans`] puts back.
+struct GenericPlans {
+    before: std::ffi::c_int,
+}
+
+impl Drop for GenericPlans {
+    fn drop(&mut self) {
+        // Safety: as in `generic_plans`.
+        unsafe { pg_sys::plan_cache_mode = self.before };
+    }
+}
+
 /// Makes the current transaction commit without waiting for its WAL to reach disk
 /// (`synchronous_commit = off` until it ends). For transactions whose loss in a crash loses
 /// nothing but work that is done again: see the callers.

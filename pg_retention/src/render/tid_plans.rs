@@ -1,7 +1,13 @@
 //! Rendering the rows at a list of tids: a statement built at run time whose first parameter is
 //! a tid[], planned once per text, and run with generic plans only so that it stays a TID scan
-//! ([`GenericPlans`]). Used by archive batches (render, verify, prune), apart from the general
-//! rendering in `mod.rs` because the plan-cache handling is theirs alone.
+//! (`prepared::generic_plans`). Used by archive batches (render, verify, prune), apart from the
+//! general rendering in `mod.rs` because the plan-cache handling is theirs alone.
+//!
+//! A custom plan of `ctid = ANY ($1) AND <age> < $2` sees the cutoff as a constant and the
+//! 10,000 tids as 10,000 elements, and picks the age column's index with the tids as a filter:
+//! the first five prunes of a run (before the plan cache settles on a generic plan) each read
+//! every eligible row of the table, not their own batch's (a fifth of an archive run's time on
+//! a table of a million rows). The generic plan is a TID scan.
 
 use super::{render_frames, render_rows, Rendered, RowLayout, Statement};
 use crate::catalog::{prepared, KeyAt, RelationInfo};
@@ -21,41 +27,6 @@ pub fn render_batch(rel: &RelationInfo, places: &[Tid]) -> Result<Rendered> {
         table = rel.qualified,
     );
     render_at(rel, &sql, places, false)
-}
-
-/// While alive, the plan cache hands out generic plans only (`plan_cache_mode =
-/// force_generic_plan`), as [`GenericPlans::run`] uses it around a statement over a tid[].
-///
-/// A custom plan of `ctid = ANY ($1) AND <age> < $2` sees the cutoff as a constant and the
-/// 10,000 tids as 10,000 elements, and picks the age column's index with the tids as a filter:
-/// the first five prunes of a run (before the plan cache settles on a generic plan) each read
-/// every eligible row of the table, not their own batch's (a fifth of an archive run's time on
-/// a table of a million rows). The generic plan is a TID scan.
-struct GenericPlans {
-    before: std::ffi::c_int,
-}
-
-impl GenericPlans {
-    /// Runs `f` with generic plans only; the setting comes back after it, raised or not (an
-    /// error raised inside unwinds through the guard's drop).
-    fn run<T>(f: impl FnOnce() -> T) -> T {
-        // Safety: the backend's own setting, read and written on its one thread; restored by
-        // the guard's drop on every path out of `f`.
-        let _guard = unsafe {
-            let before = pg_sys::plan_cache_mode;
-            pg_sys::plan_cache_mode =
-                pg_sys::PlanCacheMode::PLAN_CACHE_MODE_FORCE_GENERIC_PLAN as std::ffi::c_int;
-            GenericPlans { before }
-        };
-        f()
-    }
-}
-
-impl Drop for GenericPlans {
-    fn drop(&mut self) {
-        // Safety: as in `run`.
-        unsafe { pg_sys::plan_cache_mode = self.before };
-    }
 }
 
 /// The plan kept for `sql`, a statement whose first parameter `$1` is a tid[] and whose
@@ -81,7 +52,7 @@ pub fn render_at(
 ) -> Result<Rendered> {
     let plan = plan_over_tids(sql, &[], mutating)?;
     let tids = crate::arrays::tids(places)?;
-    GenericPlans::run(|| render_frames(rel, Statement::Plan(&plan), &[tids], places.len()))
+    prepared::generic_plans(|| render_frames(rel, Statement::Plan(&plan), &[tids], places.len()))
 }
 
 /// The keys and versions of the rows of `sql`, a statement built at run time over the tids `$1`
@@ -106,6 +77,7 @@ pub fn versions_at(
         extremes: None,
         most: places.len(),
     };
-    let (rendered, _) = GenericPlans::run(|| render_rows(Statement::Plan(&plan), &args, &layout))?;
+    let (rendered, _) =
+        prepared::generic_plans(|| render_rows(Statement::Plan(&plan), &args, &layout))?;
     Ok(rendered)
 }
