@@ -12,7 +12,7 @@ esac
 PG_CONFIG=${PG_BIN}/pg_config
 # The test fixtures (tests/src/cluster.rs, scripts/cluster) read these.
 export PG_MAJOR PG_BIN
-# The last release, built by scripts/past-release for the upgrade test (tests/tests/upgrade.rs).
+# The last release, built by scripts/past-release for the upgrade test (tests/tests/upgrade/).
 PAST_RELEASE=0.1.0
 PAST_RELEASE_COMMIT=2b63bd85819071954abaf5149d504857f791e660
 export PATH="$HOME/.cargo/bin:$PATH"

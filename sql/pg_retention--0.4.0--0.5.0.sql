@@ -17,7 +17,7 @@
 -- each database's archive namespace in shared stores (retention.archive_namespace).
 -- No existing row changes. As before,
 -- every view and function goes and is defined again below exactly as a fresh install defines
--- it (scripts/assemble-upgrade), so an upgraded schema equals a fresh one (tests/tests/upgrade.rs).
+-- it (scripts/assemble-upgrade), so an upgraded schema equals a fresh one (tests/tests/upgrade/).
 \echo Use "ALTER EXTENSION pg_retention UPDATE TO '0.5.0'" to load this file. \quit
 
 DO $roles$

@@ -1,7 +1,7 @@
 //! The seeded chaos run (`scripts/chaos --seed N --minutes M`): a real cluster with a streaming
 //! standby, SeaweedFS, the background worker, archivers and application writers, while a driver
 //! at random points places and lifts holds, erases subjects, alters policies, runs consumers and
-//! injects faults. Then the invariant checker (checker.rs) proves from the database, the store
+//! injects faults. Then the invariant checker (checker/) proves from the database, the store
 //! and the writers' shadow that nothing was lost, kept wrongly or deleted wrongly. A failure
 //! prints the seed and, for each violation, the events that concern it.
 //!

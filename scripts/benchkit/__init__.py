@@ -1,0 +1,1 @@
+"""The parts of scripts/bench, one concern a module."""
