@@ -152,7 +152,12 @@ pub enum RetentionError {
     /// An error PostgreSQL raised inside a step that caught it to clean up (a run's start
     /// or close lets go of its pruner lock first), raised again with its own SQLSTATE.
     #[error("{message}")]
-    Raised { sqlstate: String, message: String },
+    Raised {
+        sqlstate: String,
+        message: String,
+        detail: Option<String>,
+        hint: Option<String>,
+    },
     /// An internal SPI failure (XX000).
     #[error("internal error: {0}")]
     Internal(String),
@@ -299,6 +304,7 @@ impl RetentionError {
             RetentionError::ClassConflict { .. } => Some(
                 "A table is either archive-class (rows leave only through verified archives) or delete-class, never both: a delete policy could remove audit rows before they are archived.".into(),
             ),
+            RetentionError::Raised { detail, .. } => detail.clone(),
             RetentionError::ReportRefused { refusal, .. } => Some(match refusal {
                 ReportRefusal::Epoch { .. } => "Only the current registration of a consumer moves its position; a report of an earlier one (a process from before it registered again) is fenced off.".into(),
                 ReportRefusal::BeyondHead { .. } => "A consumer reports the position of the last row it processed, which exists.".into(),
@@ -370,7 +376,8 @@ impl RetentionError {
                 "If the table is not the record itself, declare its class again with retention.classify.".into(),
             ),
             RetentionError::NullArgument(_) => Some("Pass a value; NULL means nothing here.".into()),
-            RetentionError::Internal(_) | RetentionError::Raised { .. } => None,
+            RetentionError::Raised { hint, .. } => hint.clone(),
+            RetentionError::Internal(_) => None,
         }
     }
 }

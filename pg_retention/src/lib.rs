@@ -14,6 +14,7 @@ mod author;
 mod catalog;
 mod engine;
 mod error;
+mod error_watch;
 mod guard;
 mod gucs;
 mod hold_guard;

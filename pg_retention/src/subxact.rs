@@ -122,6 +122,8 @@ impl Failure {
         crate::error::RetentionError::Raised {
             sqlstate: self.condition,
             message: self.message,
+            detail: None,
+            hint: None,
         }
     }
 }
@@ -148,6 +150,8 @@ fn caught<T>(
 ) -> Result<std::result::Result<T, Failure>> {
     // Safety: as in `subtransaction`, begin/release/rollback pair up on every path, in the same
     // backend and at the same SPI level, and the caller's context and owner come back.
+    // An error raised below keeps its SQLSTATE, also one pgrx does not know.
+    let _watch = crate::error_watch::Watch::start();
     unsafe {
         let restore = begin();
         // The flag: whether a handler below has rolled back already.
@@ -173,7 +177,7 @@ fn caught<T>(
                 }
                 CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => Ok((
                     Err(Failure {
-                        condition: sqlstate(r.sql_error_code()),
+                        condition: crate::error_watch::named(r.sql_error_code()),
                         message: r.message().to_owned(),
                     }),
                     true,
@@ -197,15 +201,5 @@ fn caught<T>(
             }
             Err(e) => Err(e),
         }
-    }
-}
-
-/// The five-character SQLSTATE of an error condition.
-pub fn sqlstate(code: PgSqlErrorCode) -> String {
-    // Safety: unpack_sql_state writes the five characters into a static buffer and returns it.
-    unsafe {
-        std::ffi::CStr::from_ptr(pg_sys::unpack_sql_state(code as i32))
-            .to_string_lossy()
-            .into_owned()
     }
 }

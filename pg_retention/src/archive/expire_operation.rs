@@ -68,6 +68,8 @@ fn prepare(p: Prepare<'_>) -> Result<TimestampWithTimeZone> {
     let prepared_already = || RetentionError::Raised {
         sqlstate: "42710".into(),
         message: format!("expire operation {operation} is prepared already"),
+        detail: None,
+        hint: None,
     };
     if expire_operation::exists(operation)? {
         return Err(prepared_already());
@@ -180,6 +182,8 @@ fn record(
     let op = ExpireOperation::lock(operation)?.ok_or_else(|| RetentionError::Raised {
         sqlstate: "42704".into(),
         message: format!("expire operation {operation} was never prepared"),
+        detail: None,
+        hint: None,
     })?;
     if outcome == ApplyOutcome::Completed {
         refuse_a_rewrite_since_the_plan(&op, &deleted)?;

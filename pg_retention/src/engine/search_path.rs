@@ -70,6 +70,8 @@ pub fn validate(spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
                 return Err(RetentionError::Raised {
                     sqlstate: "3F000".into(),
                     message: format!("schema \"{schema}\" of search_path does not exist"),
+                    detail: None,
+                    hint: None,
                 })
             }
             Some(false) => {

@@ -66,6 +66,48 @@ fn a_run_error_is_ledgered_and_other_policies_still_run() {
     assert!(err.unwrap_or_default().contains("no longer exists"));
 }
 
+/// An error raised under our statements keeps its own SQLSTATE, also one pgrx does not know
+/// (it reported those as XX000): a trigger of the governed table that refuses deletes with a
+/// code of its own fails the run with that code in the ledger, and fails an erasure with that
+/// code, message, detail and hint at the client. Nothing is deleted.
+#[test]
+fn an_error_a_trigger_raises_under_a_sweep_or_an_erasure_keeps_its_own_sqlstate() {
+    let c = Cluster::start(&[]);
+    outbox(&c, 1000);
+    c.execute(
+        "postgres",
+        "CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql SET search_path = public AS $$
+         BEGIN RAISE EXCEPTION 'deletes are refused here' USING ERRCODE = 'U0001',
+               DETAIL = 'The application says so.', HINT = 'Ask the application.'; END $$;
+         CREATE TRIGGER refuse BEFORE DELETE ON outbox FOR EACH ROW EXECUTE FUNCTION public.refuse();
+         CREATE ROLE dpo LOGIN;
+         GRANT retention_eraser TO dpo;
+         GRANT SELECT, DELETE ON outbox TO dpo;",
+    );
+    let (_, mut admin) = c.app_and_admin("postgres");
+    age_policy(&mut admin, "");
+    let (code, message) = expect_error(&mut admin, "CALL retention.run()");
+    assert_eq!(code, "RT601", "{message}");
+    let ledgered: Option<String> = admin
+        .query_one(
+            "SELECT detail->>'sqlstate' FROM retention.ledger WHERE policy = 'outbox' AND method = 'error'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(ledgered.as_deref(), Some("U0001"));
+    let mut dpo = Client::connect(&c.url_as("postgres", "dpo"), postgres::NoTls).unwrap();
+    let refused = dpo
+        .batch_execute("SELECT retention.erase('outbox', 'id = 999', 'request-1', 'dpo')")
+        .unwrap_err();
+    let refused = refused.as_db_error().expect("a database error");
+    assert_eq!(refused.code().code(), "U0001", "{refused:?}");
+    assert_eq!(refused.message(), "deletes are refused here");
+    assert_eq!(refused.detail(), Some("The application says so."));
+    assert_eq!(refused.hint(), Some("Ask the application."));
+    assert_eq!(count(&mut admin, "SELECT count(*) FROM outbox"), 1000);
+}
+
 /// A `CALL retention.run()` cancelled mid-run (its statement timeout) leaves its pruner lock in
 /// the session, as any session lock outlives an error; the session's next run of the policy lets
 /// go of it first, so after that run no lock is left and other sessions run the policy again.
