@@ -8,8 +8,10 @@
 //! it (PostgreSQL calls every such callback before it jumps), and [`named`] gives it back in
 //! place of the XX000.
 
+use crate::error::{Result, RetentionError};
 use pgrx::pg_sys;
-use pgrx::PgSqlErrorCode;
+use pgrx::pg_sys::panic::CaughtError;
+use pgrx::{PgSqlErrorCode, PgTryBuilder};
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 
@@ -108,4 +110,30 @@ pub fn named(code: PgSqlErrorCode) -> String {
             .to_string_lossy()
             .into_owned()
     }
+}
+
+/// Runs `f`; an error PostgreSQL raised below it whose SQLSTATE pgrx could not name (it says
+/// XX000: one of class RT, or a user's own code, raised by a trigger or a function under our
+/// statements) comes back as that error with its own SQLSTATE, message, detail and hint.
+pub fn keeping_codes<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let _watch = Watch::start();
+    PgTryBuilder::new(std::panic::AssertUnwindSafe(f))
+        .catch_others(|e| match e {
+            CaughtError::PostgresError(ref r)
+                if r.sql_error_code() == PgSqlErrorCode::ERRCODE_INTERNAL_ERROR =>
+            {
+                let sqlstate = named(r.sql_error_code());
+                if sqlstate == "XX000" {
+                    e.rethrow()
+                }
+                Err(RetentionError::Raised {
+                    sqlstate,
+                    message: r.message().to_owned(),
+                    detail: r.detail().map(str::to_owned),
+                    hint: r.hint().map(str::to_owned),
+                })
+            }
+            other => other.rethrow(),
+        })
+        .execute()
 }

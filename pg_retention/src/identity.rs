@@ -12,9 +12,7 @@
 
 use crate::error::{Result, RetentionError};
 use pgrx::pg_sys;
-use pgrx::pg_sys::panic::CaughtError;
 use pgrx::prelude::*;
-use pgrx::{PgSqlErrorCode, PgTryBuilder};
 use std::cell::{Cell, RefCell};
 
 thread_local! {
@@ -73,33 +71,7 @@ pub fn entry<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
         );
         left
     };
-    keeping_codes(f)
-}
-
-/// Runs `f`; an error PostgreSQL raised below it whose SQLSTATE pgrx could not name (it says
-/// XX000: one of class RT, or a user's own code, raised by a trigger or a function under our
-/// statements) comes back as that error with its own SQLSTATE, message, detail and hint.
-fn keeping_codes<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    let _watch = crate::error_watch::Watch::start();
-    PgTryBuilder::new(std::panic::AssertUnwindSafe(f))
-        .catch_others(|e| match e {
-            CaughtError::PostgresError(ref r)
-                if r.sql_error_code() == PgSqlErrorCode::ERRCODE_INTERNAL_ERROR =>
-            {
-                let sqlstate = crate::error_watch::named(r.sql_error_code());
-                if sqlstate == "XX000" {
-                    e.rethrow()
-                }
-                Err(RetentionError::Raised {
-                    sqlstate,
-                    message: r.message().to_owned(),
-                    detail: r.detail().map(str::to_owned),
-                    hint: r.hint().map(str::to_owned),
-                })
-            }
-            other => other.rethrow(),
-        })
-        .execute()
+    crate::error_watch::keeping_codes(f)
 }
 
 /// [`entry`] for a call that does not come through SQL: the background worker driving a run

@@ -95,7 +95,7 @@ fn preview(
     ),
 > {
     crate::identity::refuse_restricted().or_report();
-    TableIterator::new(previews(policy).or_report())
+    TableIterator::new(crate::error_watch::keeping_codes(|| previews(policy)).or_report())
 }
 
 /// partition, bound, rows, proof
@@ -127,7 +127,7 @@ fn preview_partitions(
     ),
 > {
     crate::identity::refuse_restricted().or_report();
-    TableIterator::new(partition_drops(policy).or_report())
+    TableIterator::new(crate::error_watch::keeping_codes(|| partition_drops(policy)).or_report())
 }
 
 /// The doctor's counts of policy `policy_id` for `retention.health()`: its table's rows, the

@@ -69,7 +69,8 @@ fn a_run_error_is_ledgered_and_other_policies_still_run() {
 /// An error raised under our statements keeps its own SQLSTATE, also one pgrx does not know
 /// (it reported those as XX000): a trigger of the governed table that refuses deletes with a
 /// code of its own fails the run with that code in the ledger, and fails an erasure with that
-/// code, message, detail and hint at the client. Nothing is deleted.
+/// code, message, detail and hint at the client (nothing is deleted); a predicate's function
+/// that refuses so fails a preview with its code.
 #[test]
 fn an_error_a_trigger_raises_under_a_sweep_or_an_erasure_keeps_its_own_sqlstate() {
     let c = Cluster::start(&[]);
@@ -106,6 +107,23 @@ fn an_error_a_trigger_raises_under_a_sweep_or_an_erasure_keeps_its_own_sqlstate(
     assert_eq!(refused.detail(), Some("The application says so."));
     assert_eq!(refused.hint(), Some("Ask the application."));
     assert_eq!(count(&mut admin, "SELECT count(*) FROM outbox"), 1000);
+    // A predicate's function that refuses with a code of its own: preview fails with it.
+    c.execute(
+        "postgres",
+        "CREATE FUNCTION public.refusing(int) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS $$
+         BEGIN RAISE EXCEPTION 'not this tenant' USING ERRCODE = 'U0002'; END $$;",
+    );
+    admin
+        .batch_execute(
+            "SELECT retention.add_policy(name => 'refusing', relation => 'outbox', kind => 'age',
+                    age_column => 'created_at', older_than => '30 days', scope => 'public.refusing(tenant)')",
+        )
+        .unwrap();
+    let (code, message) = expect_error(&mut admin, "SELECT * FROM retention.preview('refusing')");
+    assert_eq!(
+        (code.as_str(), message.as_str()),
+        ("U0002", "not this tenant")
+    );
 }
 
 /// A `CALL retention.run()` cancelled mid-run (its statement timeout) leaves its pruner lock in
