@@ -216,6 +216,16 @@ impl From<serde_json::Error> for RetentionError {
 }
 
 impl RetentionError {
+    /// [`RetentionError::Raised`] with `sqlstate` and `message` alone.
+    pub fn raised(sqlstate: &str, message: impl Into<String>) -> Self {
+        RetentionError::Raised {
+            sqlstate: sqlstate.into(),
+            message: message.into(),
+            detail: None,
+            hint: None,
+        }
+    }
+
     /// Shorthand for [`RetentionError::InvalidParameter`].
     pub fn invalid(
         message: impl Into<String>,

@@ -88,27 +88,31 @@ impl Drop for Watch {
     }
 }
 
-/// The five-character SQLSTATE of a caught error whose code pgrx gives as `code`: the code
-/// noted below a standing [`Watch`] when pgrx could not name it (it then says XX000), else its
-/// own.
-pub fn named(code: PgSqlErrorCode) -> String {
-    let noted = LAST
-        .with(|l| l.get())
-        .filter(|_| WATCHES.with(|w| w.get()) > 0);
-    let packed = match noted {
-        Some(noted)
-            if code == PgSqlErrorCode::ERRCODE_INTERNAL_ERROR
-                && PgSqlErrorCode::from(noted) == PgSqlErrorCode::ERRCODE_INTERNAL_ERROR =>
-        {
-            noted
-        }
-        _ => code as c_int,
-    };
+/// The code noted below a standing [`Watch`], if pgrx cannot name it (it would say XX000).
+fn unnamed() -> Option<c_int> {
+    let internal = PgSqlErrorCode::ERRCODE_INTERNAL_ERROR;
+    LAST.with(|l| l.get())
+        .filter(|_| WATCHES.with(|w| w.get()) > 0)
+        .filter(|&noted| noted != internal as c_int && PgSqlErrorCode::from(noted) == internal)
+}
+
+/// The five characters of a packed SQLSTATE.
+fn unpacked(packed: c_int) -> String {
     // Safety: unpack_sql_state writes the five characters into a static buffer and returns it.
     unsafe {
         std::ffi::CStr::from_ptr(pg_sys::unpack_sql_state(packed))
             .to_string_lossy()
             .into_owned()
+    }
+}
+
+/// The five-character SQLSTATE of a caught error whose code pgrx gives as `code`: the code
+/// noted below a standing [`Watch`] when pgrx could not name it (it then says XX000), else its
+/// own.
+pub fn named(code: PgSqlErrorCode) -> String {
+    match unnamed() {
+        Some(noted) if code == PgSqlErrorCode::ERRCODE_INTERNAL_ERROR => unpacked(noted),
+        _ => unpacked(code as c_int),
     }
 }
 
@@ -122,16 +126,15 @@ pub fn keeping_codes<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
             CaughtError::PostgresError(ref r)
                 if r.sql_error_code() == PgSqlErrorCode::ERRCODE_INTERNAL_ERROR =>
             {
-                let sqlstate = named(r.sql_error_code());
-                if sqlstate == "XX000" {
-                    e.rethrow()
+                match unnamed() {
+                    Some(noted) => Err(RetentionError::Raised {
+                        sqlstate: unpacked(noted),
+                        message: r.message().to_owned(),
+                        detail: r.detail().map(str::to_owned),
+                        hint: r.hint().map(str::to_owned),
+                    }),
+                    None => e.rethrow(),
                 }
-                Err(RetentionError::Raised {
-                    sqlstate,
-                    message: r.message().to_owned(),
-                    detail: r.detail().map(str::to_owned),
-                    hint: r.hint().map(str::to_owned),
-                })
             }
             other => other.rethrow(),
         })

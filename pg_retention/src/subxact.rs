@@ -119,12 +119,7 @@ pub struct Failure {
 impl Failure {
     /// The error again, with its SQLSTATE, to raise once the caller has cleaned up.
     pub fn again(self) -> crate::error::RetentionError {
-        crate::error::RetentionError::Raised {
-            sqlstate: self.condition,
-            message: self.message,
-            detail: None,
-            hint: None,
-        }
+        crate::error::RetentionError::raised(&self.condition, self.message)
     }
 }
 

@@ -65,11 +65,11 @@ fn prepare(p: Prepare<'_>) -> Result<TimestampWithTimeZone> {
         tombstone: required(p.tombstone, "tombstone")?,
         actor,
     };
-    let prepared_already = || RetentionError::Raised {
-        sqlstate: "42710".into(),
-        message: format!("expire operation {operation} is prepared already"),
-        detail: None,
-        hint: None,
+    let prepared_already = || {
+        RetentionError::raised(
+            "42710",
+            format!("expire operation {operation} is prepared already"),
+        )
     };
     if expire_operation::exists(operation)? {
         return Err(prepared_already());
@@ -179,11 +179,11 @@ fn record(
     };
     let operation = required(operation, "operation")?;
     let deleted = without_nulls(deleted_keys.unwrap_or_default(), "deleted_keys")?;
-    let op = ExpireOperation::lock(operation)?.ok_or_else(|| RetentionError::Raised {
-        sqlstate: "42704".into(),
-        message: format!("expire operation {operation} was never prepared"),
-        detail: None,
-        hint: None,
+    let op = ExpireOperation::lock(operation)?.ok_or_else(|| {
+        RetentionError::raised(
+            "42704",
+            format!("expire operation {operation} was never prepared"),
+        )
     })?;
     if outcome == ApplyOutcome::Completed {
         refuse_a_rewrite_since_the_plan(&op, &deleted)?;

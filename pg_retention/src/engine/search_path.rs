@@ -67,12 +67,10 @@ pub fn validate(spec: &PolicySpec, rel: &RelationInfo) -> Result<()> {
         )?;
         match trusted {
             None => {
-                return Err(RetentionError::Raised {
-                    sqlstate: "3F000".into(),
-                    message: format!("schema \"{schema}\" of search_path does not exist"),
-                    detail: None,
-                    hint: None,
-                })
+                return Err(RetentionError::raised(
+                    "3F000",
+                    format!("schema \"{schema}\" of search_path does not exist"),
+                ))
             }
             Some(false) => {
                 return Err(RetentionError::Privilege {

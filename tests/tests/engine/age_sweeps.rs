@@ -52,14 +52,7 @@ fn age_sweep_through_an_age_index_deletes_exactly_eligible_terminal_rows_in_batc
 }
 
 fn age_sweep_deletes_exactly_eligible_terminal_rows(by_index: bool) {
-    let c = Cluster::start(&[]);
-    outbox(&c, 3000);
-    if by_index {
-        c.execute(
-            "postgres",
-            "CREATE INDEX outbox_created_at ON outbox (created_at)",
-        );
-    }
+    let c = outbox_cluster(3000, by_index);
     let mut admin = c.admin("postgres");
     age_policy(&mut admin, ", terminal => $$status = 'sent'$$");
     let expected = count(&mut admin, "SELECT count(*) FROM outbox WHERE created_at < now() - interval '30 days' AND status = 'sent'");

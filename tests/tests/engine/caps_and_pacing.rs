@@ -13,14 +13,7 @@ fn run_cap_stops_an_index_walk_and_ledgers_a_warning() {
 }
 
 fn run_cap_stops(by_index: bool) {
-    let c = Cluster::start(&[]);
-    outbox(&c, 2000);
-    if by_index {
-        c.execute(
-            "postgres",
-            "CREATE INDEX outbox_created_at ON outbox (created_at)",
-        );
-    }
+    let c = outbox_cluster(2000, by_index);
     let mut admin = c.admin("postgres");
     age_policy(&mut admin, ", max_rows_per_run => 250");
     let eligible = count(

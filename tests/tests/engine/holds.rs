@@ -14,14 +14,7 @@ fn hold_blocks_an_index_walk_and_lift_releases_on_the_next_run() {
 }
 
 fn hold_blocks_and_lift_releases(by_index: bool) {
-    let c = Cluster::start(&[]);
-    outbox(&c, 2000);
-    if by_index {
-        c.execute(
-            "postgres",
-            "CREATE INDEX outbox_created_at ON outbox (created_at)",
-        );
-    }
+    let c = outbox_cluster(2000, by_index);
     let mut admin = c.admin("postgres");
     age_policy(&mut admin, "");
     let hold = scalar(

@@ -47,6 +47,20 @@ fn outbox(c: &Cluster, n: i64) {
         .unwrap();
 }
 
+/// A fresh cluster with an [`outbox`] of `n` rows, and an index on its age column when
+/// `by_index` (so that sweeps walk it instead of block ranges).
+fn outbox_cluster(n: i64, by_index: bool) -> Cluster {
+    let c = Cluster::start(&[]);
+    outbox(&c, n);
+    if by_index {
+        c.execute(
+            "postgres",
+            "CREATE INDEX outbox_created_at ON outbox (created_at)",
+        );
+    }
+    c
+}
+
 fn age_policy(db: &mut Client, extra: &str) {
     db.batch_execute(&format!(
         "SELECT retention.add_policy(name => 'outbox', relation => 'outbox', kind => 'age',
